@@ -34,7 +34,7 @@ void Progress::advance(uint64_t amount) {
   done_ += amount;
   const auto now = std::chrono::steady_clock::now();
   const int decile = total_ ? int(10 * done_ / total_) : 10;
-  if (tty_ ? (now - last_draw_ > std::chrono::milliseconds(100)) : (decile != last_decile_)) {
+  if (tty_ ? (now - last_draw_ > std::chrono::milliseconds(100)) : (decile != last_decile_ && decile < 10)) {
     last_draw_ = now;
     last_decile_ = decile;
     draw(false);

@@ -1,0 +1,80 @@
+// The compute backend interface the models are written against. A backend owns its memory
+// (weights are uploaded once at load, activations allocated per step) and implements every op
+// of the supported architectures; kernels/ hold the pure compute it calls. The CPU backend is
+// backend/cpu; the CUDA backend (backend/cuda) implements the same ops. Activations are FP32;
+// weights keep their checkpoint dtype where the op supports it (BF16, F32).
+#pragma once
+
+#include "backend/tensor.h"
+#include "io/safetensors.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+// One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
+struct ExpertWeights {
+  Tensor gate_up;
+  Tensor down;
+};
+
+// A KV cache for one layer, in the layout PagedKv describes (storage owned by the backend).
+struct KvLayerCache {
+  Tensor k, v;  // v may share k's storage (MLA)
+  PagedKv view;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is.
+  virtual Tensor upload(const TensorInfo& info) = 0;
+  // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor.
+  virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
+  // Uploads a small tensor as F32 whatever its stored dtype (norm weights, biases).
+  virtual Tensor upload_f32(const TensorInfo& info) = 0;
+  virtual Tensor alloc(std::vector<int64_t> shape) = 0;  // F32, uninitialised
+  virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads,
+                                int64_t k_dim, int64_t v_dim, bool v_aliases_k) = 0;
+  virtual void to_host(const Tensor& src, float* dst) = 0;
+  virtual void from_host(const float* src, Tensor& dst) = 0;
+
+  virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
+  // Normalises each `dim`-wide group of x (rows of width dim, or per head when dim < cols).
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
+  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  virtual void add(Tensor& y, const Tensor& x) = 0;
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // Rotates x[..., offset : offset + rot_dim] of each of `heads` heads (head_stride apart).
+  virtual void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride,
+                    int64_t offset, const std::vector<int32_t>& positions) = 0;
+  virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v,
+                        const std::vector<int64_t>& slots) = 0;
+  virtual void attention(KvLayerCache& cache, const AttentionRows& rows, const Tensor& q,
+                         int64_t q_heads, int64_t q_stride, float scale, Tensor& out) = 0;
+  virtual void router(const RouterParams& params, const Tensor& logits,
+                      std::vector<int32_t>& expert_ids, std::vector<float>& weights) = 0;
+  // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
+  // to one expert are gathered and run together; accumulation order is fixed (expert index).
+  virtual void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
+                           const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
+                           int64_t top_k, Tensor& out) = 0;
+  // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
+  // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).
+  virtual void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
+                            int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) = 0;
+  // Per-head matmul: x [rows, heads, x_stride] (first k floats of each head used), w [heads, n, k]
+  // -> y [rows, heads, y_stride] (first n floats of each head written).
+  virtual void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
+                           Tensor& y, int64_t y_stride) = 0;
+};
+
+}  // namespace moet

@@ -1,0 +1,224 @@
+// CPU implementation of the Backend ops (see backend.h and cpu_backend.h).
+#include "backend/cpu/cpu_backend.h"
+
+#include "core/error.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace moet {
+namespace {
+
+Tensor host_tensor(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  const size_t bytes = std::max<size_t>(64, (t.bytes() + 63) / 64 * 64);
+  void* memory = std::aligned_alloc(64, bytes);
+  MOET_CHECK(memory != nullptr, "out of host memory allocating {} bytes", bytes);
+  t.storage = std::shared_ptr<void>(memory, std::free);
+  t.data = memory;
+  return t;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+  std::string name() const override { return fmt::format("cpu ({} threads)", pool_.size()); }
+
+  Tensor upload(const TensorInfo& info) override {
+    if (info.dtype == DType::bf16 || info.dtype == DType::f32) {
+      Tensor t = host_tensor(info.dtype, info.shape);
+      std::memcpy(t.data, info.data, info.bytes);
+      return t;
+    }
+    return upload_f32(info);
+  }
+
+  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override {
+    MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 &&
+                   a.shape[1] == b.shape[1],
+               "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
+    if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+      Tensor fa = upload_f32(a), fb = upload_f32(b);
+      Tensor t = host_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
+      std::memcpy(t.data, fa.data, fa.bytes());
+      std::memcpy(static_cast<uint8_t*>(t.data) + fa.bytes(), fb.data, fb.bytes());
+      return t;
+    }
+    Tensor t = host_tensor(a.dtype, {a.shape[0] + b.shape[0], a.shape[1]});
+    std::memcpy(t.data, a.data, a.bytes);
+    std::memcpy(static_cast<uint8_t*>(t.data) + a.bytes, b.data, b.bytes);
+    return t;
+  }
+
+  Tensor upload_f32(const TensorInfo& info) override {
+    Tensor t = host_tensor(DType::f32, info.shape);
+    float* out = t.as<float>();
+    const int64_t n = info.numel();
+    switch (info.dtype) {
+      case DType::f32: std::memcpy(out, info.data, info.bytes); break;
+      case DType::bf16:
+        for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(reinterpret_cast<const uint16_t*>(info.data)[i]);
+        break;
+      case DType::f16:
+        for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(reinterpret_cast<const uint16_t*>(info.data)[i]);
+        break;
+      default:
+        fail("tensor '{}' ({}): dtype {} is not supported by the CPU backend yet", info.name,
+             info.file, dtype_name(info.dtype));
+    }
+    return t;
+  }
+
+  Tensor alloc(std::vector<int64_t> shape) override { return host_tensor(DType::f32, std::move(shape)); }
+
+  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim,
+                        int64_t v_dim, bool v_aliases_k) override {
+    KvLayerCache cache;
+    const int64_t slots = blocks * block_size;
+    const int64_t stride = kv_heads * k_dim;
+    cache.k = host_tensor(DType::f32, {slots, stride});
+    std::memset(cache.k.data, 0, cache.k.bytes());
+    if (v_aliases_k) {
+      cache.v = cache.k;
+    } else {
+      MOET_CHECK(k_dim == v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", k_dim, v_dim);
+      cache.v = host_tensor(DType::f32, {slots, stride});
+      std::memset(cache.v.data, 0, cache.v.bytes());
+    }
+    cache.view = {cache.k.as<float>(), cache.v.as<float>(), block_size, kv_heads, k_dim, v_dim, stride};
+    return cache;
+  }
+
+  void to_host(const Tensor& src, float* dst) override { std::memcpy(dst, src.data, src.bytes()); }
+  void from_host(const float* src, Tensor& dst) override { std::memcpy(dst.data, src, dst.bytes()); }
+
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    const int64_t vocab = table.dim(0), dim = table.dim(1);
+    for (int32_t id : ids) MOET_CHECK(id >= 0 && id < vocab, "token id {} outside the vocabulary [0, {})", id, vocab);
+    if (table.dtype == DType::bf16) {
+      embedding_bf16(ids.data(), int64_t(ids.size()), table.as<uint16_t>(), dim, out.as<float>());
+    } else {
+      for (size_t t = 0; t < ids.size(); ++t)
+        std::memcpy(out.as<float>() + int64_t(t) * dim, table.as<float>() + int64_t(ids[t]) * dim, sizeof(float) * size_t(dim));
+    }
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    const int64_t dim = weight.numel();
+    const int64_t groups = x.numel() / dim;
+    moet::rmsnorm(x.as<float>(), groups, dim, dim, weight.as<float>(), eps, out.as<float>(), dim, pool_);
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
+    MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]", rows, k, n, w.dim(1));
+    const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
+    if (w.dtype == DType::bf16) {
+      matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_);
+    } else {
+      matmul_f32(x.as<float>(), rows, k, w.as<float>(), n, b, y.as<float>(), pool_);
+    }
+  }
+
+  void add(Tensor& y, const Tensor& x) override { add_inplace(y.as<float>(), x.as<float>(), y.numel()); }
+
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    moet::silu_mul(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>());
+  }
+
+  void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset,
+            const std::vector<int32_t>& positions) override {
+    rope_apply(table, x.as<float>(), int64_t(positions.size()), heads, x.numel() / int64_t(positions.size()),
+               head_stride, offset, positions.data());
+  }
+
+  void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v, const std::vector<int64_t>& slots) override {
+    kv_cache_write(cache.view, k.as<float>(), v ? v->as<float>() : nullptr, int64_t(slots.size()), slots.data());
+  }
+
+  void attention(KvLayerCache& cache, const AttentionRows& rows, const Tensor& q, int64_t q_heads,
+                 int64_t q_stride, float scale, Tensor& out) override {
+    attention_paged(cache.view, rows, q.as<float>(), q.numel() / (q_heads * q_stride), q_heads,
+                    q_stride, scale, out.as<float>(), pool_);
+  }
+
+  void router(const RouterParams& params, const Tensor& logits, std::vector<int32_t>& expert_ids,
+              std::vector<float>& weights) override {
+    const int64_t rows = logits.rows();
+    expert_ids.resize(size_t(rows * params.top_k));
+    weights.resize(size_t(rows * params.top_k));
+    router_topk(params, logits.as<float>(), rows, expert_ids.data(), weights.data());
+  }
+
+  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
+                   const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
+                   int64_t top_k, Tensor& out) override;
+
+  void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
+                    int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) override {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst.as<float>() + r * dst_stride + dst_offset, src.as<float>() + r * src_stride + src_offset,
+                  sizeof(float) * size_t(width));
+  }
+
+  void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
+                   int64_t y_stride) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+void CpuBackend::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
+                             const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
+                             int64_t top_k, Tensor& out) {
+  const int64_t rows = x.rows(), hidden = x.cols();
+  std::vector<std::vector<int64_t>> routed(experts.size());  // flat (row * top_k + slot) per expert
+  for (int64_t i = 0; i < rows * top_k; ++i) routed[size_t(expert_ids[size_t(i)])].push_back(i);
+  std::memset(out.data, 0, out.bytes());
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const auto& items = routed[e];
+    if (items.empty()) continue;
+    const int64_t count = int64_t(items.size());
+    const int64_t inner = experts[e].down.dim(1);
+    Tensor gathered = alloc({count, hidden}), gate_up = alloc({count, 2 * inner});
+    Tensor act = alloc({count, inner}), result = alloc({count, hidden});
+    for (int64_t j = 0; j < count; ++j)
+      std::memcpy(gathered.as<float>() + j * hidden, x.as<float>() + (items[size_t(j)] / top_k) * hidden,
+                  sizeof(float) * size_t(hidden));
+    matmul(gathered, experts[e].gate_up, nullptr, gate_up);
+    silu_mul(gate_up, act);
+    matmul(act, experts[e].down, nullptr, result);
+    for (int64_t j = 0; j < count; ++j) {
+      const float w = weights[size_t(items[size_t(j)])];
+      float* dst = out.as<float>() + (items[size_t(j)] / top_k) * hidden;
+      const float* src = result.as<float>() + j * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
+    }
+  }
+}
+
+void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
+                             Tensor& y, int64_t y_stride) {
+  const int64_t n = w.dim(1), k = w.dim(2);
+  const int64_t rows = x.numel() / (heads * x_stride);
+  Tensor xin = alloc({rows, k}), yout = alloc({rows, n});
+  const size_t head_bytes = size_t(n * k) * dtype_size(w.dtype);
+  for (int64_t h = 0; h < heads; ++h) {
+    copy_columns(x, heads * x_stride, h * x_stride, xin, k, 0, rows, k);
+    Tensor wh = w;
+    wh.shape = {n, k};
+    wh.data = static_cast<uint8_t*>(w.data) + size_t(h) * head_bytes;
+    matmul(xin, wh, nullptr, yout);
+    copy_columns(yout, n, 0, y, heads * y_stride, h * y_stride, rows, n);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> cpu_backend_create(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace moet

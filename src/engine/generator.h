@@ -1,0 +1,37 @@
+// Single-request generation on a Model: chunked prefill of the prompt, then one decode step per
+// token, sampling each next token, until max_tokens, a stop id, or max_model_len. Owns the
+// request's KV blocks for its lifetime. (The server's continuous-batching engine schedules many
+// requests over the same Model::forward.)
+#pragma once
+
+#include "engine/sampler.h"
+#include "models/model.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+struct GenerateOptions {
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;
+  int64_t block_size = 16;
+  int64_t max_model_len = 0;    // 0: the config's max_position_embeddings
+  int64_t prefill_chunk = 512;  // prompt tokens per forward
+};
+
+struct GenerateResult {
+  std::vector<int32_t> output_ids;
+  std::vector<float> prompt_logits;  // logits at the last prompt position
+  std::string finish_reason;         // "length" | "stop"
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+};
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace moet

@@ -1,0 +1,46 @@
+// Embedding, RMSNorm, SiLU-and-mul and residual add (see elementwise.h).
+#include "kernels/cpu/elementwise.h"
+
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace moet {
+
+void embedding_bf16(const int32_t* ids, int64_t rows, const uint16_t* table, int64_t dim, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const uint16_t* row = table + int64_t(ids[t]) * dim;
+    for (int64_t i = 0; i < dim; ++i) out[t * dim + i] = bf16_to_float(row[i]);
+  }
+}
+
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* weight,
+             float eps, float* out, int64_t out_stride, ThreadPool& pool) {
+  pool.parallel_for(size_t(rows), [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) {
+      const float* in = x + int64_t(t) * stride;
+      float* o = out + int64_t(t) * out_stride;
+      double sum = 0.0;
+      for (int64_t i = 0; i < dim; ++i) sum += double(in[i]) * double(in[i]);
+      const float inv = 1.0f / std::sqrt(float(sum / double(dim)) + eps);
+      for (int64_t i = 0; i < dim; ++i) o[i] = weight[i] * (in[i] * inv);
+    }
+  }, 64);
+}
+
+void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* gate = gate_up + t * 2 * inner;
+    const float* up = gate + inner;
+    for (int64_t i = 0; i < inner; ++i) {
+      const float g = gate[i];
+      out[t * inner + i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace moet

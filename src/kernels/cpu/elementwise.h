@@ -1,0 +1,22 @@
+// Row-wise and element-wise kernels on FP32 activations: embedding lookup, RMSNorm, SiLU-and-mul,
+// residual add. All are pure functions of their inputs; rows are independent and run in parallel.
+#pragma once
+
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace moet {
+
+// out[t, :] = table[ids[t], :] (BF16 table [vocab, dim]).
+void embedding_bf16(const int32_t* ids, int64_t rows, const uint16_t* table, int64_t dim, float* out);
+// out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight  (x and out may alias).
+// x rows are `stride` floats apart (heads of a packed q/k tensor use stride = head_dim).
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* weight,
+             float eps, float* out, int64_t out_stride, ThreadPool& pool);
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inner + i]; gate_up is [rows, 2*inner].
+void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out);
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+}  // namespace moet

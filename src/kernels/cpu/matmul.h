@@ -1,0 +1,27 @@
+// Dense matrix products y[t, n] = sum_k x[t, k] * W[n, k] (+ bias[n]) with FP32 accumulation,
+// W stored row-major [N, K] in BF16 or F32 as checkpoints ship it (nn.Linear layout).
+// Parallel over output columns n; each y element is computed by one thread in a fixed order, so
+// results do not depend on the thread count. Vectorised with AVX2 where available.
+#pragma once
+
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace moet {
+
+void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n,
+                 const float* bias, float* y, ThreadPool& pool);
+void matmul_f32(const float* x, int64_t rows, int64_t k, const float* w, int64_t n,
+                const float* bias, float* y, ThreadPool& pool);
+
+// Single dot products, exposed for the kernels built on them (and their tests).
+float dot_bf16(const float* x, const uint16_t* w, int64_t k);
+float dot_f32(const float* x, const float* w, int64_t k);
+
+namespace avx2 {
+float dot_bf16(const float* x, const uint16_t* w, int64_t k);
+float dot_f32(const float* x, const float* w, int64_t k);
+}  // namespace avx2
+
+}  // namespace moet

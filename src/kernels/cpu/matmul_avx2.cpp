@@ -1,0 +1,54 @@
+// AVX2/FMA dot products (compiled with -mavx2 -mfma; called only when cpu_has_avx2()).
+// Two 8-lane accumulators over 16 elements a step; the tail is added in scalar order.
+#include "kernels/cpu/matmul.h"
+
+#include "core/dtype.h"
+
+#include <immintrin.h>
+
+namespace moet::avx2 {
+namespace {
+
+inline __m256 load_bf16x8(const uint16_t* w) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float horizontal_sum(__m256 v) {
+  const __m128 low = _mm256_castps256_ps128(v);
+  const __m128 high = _mm256_extractf128_ps(v, 1);
+  __m128 sum = _mm_add_ps(low, high);
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1));
+  return _mm_cvtss_f32(sum);
+}
+
+}  // namespace
+
+float dot_bf16(const float* x, const uint16_t* w, int64_t k) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_bf16x8(w + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_bf16x8(w + i + 8), acc1);
+  }
+  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_bf16x8(w + i), acc0);
+  float total = horizontal_sum(_mm256_add_ps(acc0, acc1));
+  for (; i < k; ++i) total += x[i] * bf16_to_float(w[i]);
+  return total;
+}
+
+float dot_f32(const float* x, const float* w, int64_t k) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), acc1);
+  }
+  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc0);
+  float total = horizontal_sum(_mm256_add_ps(acc0, acc1));
+  for (; i < k; ++i) total += x[i] * w[i];
+  return total;
+}
+
+}  // namespace moet::avx2

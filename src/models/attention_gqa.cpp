@@ -1,0 +1,76 @@
+// Grouped-query attention block: q/k/v projections (optional biases), optional per-head q/k
+// RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of each head (partial
+// rotary for GLM), paged causal attention, output projection (optional bias).
+#include "models/blocks.h"
+
+#include "models/rope_table.h"
+
+#include <cmath>
+
+namespace moet {
+namespace {
+
+class GqaAttention final : public AttentionBlock {
+ public:
+  GqaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p)
+      : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim),
+        scale_(float(1.0 / std::sqrt(double(c.head_dim)))), eps_(float(c.rms_norm_eps)),
+        rope_(rope_table_build(c.rope)) {
+    const int64_t hidden = c.hidden_size;
+    q_ = loader.weight(p + "q_proj.weight", {heads_ * head_dim_, hidden});
+    k_ = loader.weight(p + "k_proj.weight", {kv_heads_ * head_dim_, hidden});
+    v_ = loader.weight(p + "v_proj.weight", {kv_heads_ * head_dim_, hidden});
+    o_ = loader.weight(p + "o_proj.weight", {hidden, heads_ * head_dim_});
+    if (c.attention_bias) {
+      q_bias_ = loader.weight_f32(p + "q_proj.bias", {heads_ * head_dim_});
+      k_bias_ = loader.weight_f32(p + "k_proj.bias", {kv_heads_ * head_dim_});
+      v_bias_ = loader.weight_f32(p + "v_proj.bias", {kv_heads_ * head_dim_});
+    }
+    if (loader.has(p + "o_proj.bias")) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
+    if (c.qk_norm) {
+      q_norm_ = loader.weight_f32(p + "q_norm.weight", {head_dim_});
+      k_norm_ = loader.weight_f32(p + "k_norm.weight", {head_dim_});
+    }
+  }
+
+  KvLayerCache create_cache(Backend& backend, int64_t blocks, int64_t block_size) const override {
+    return backend.alloc_kv(blocks, block_size, kv_heads_, head_dim_, head_dim_, false);
+  }
+  int64_t kv_floats_per_token() const override { return 2 * kv_heads_ * head_dim_; }
+
+  void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
+    Backend& b = ctx.backend;
+    const int64_t rows = x.rows();
+    Tensor q = b.alloc({rows, heads_ * head_dim_});
+    Tensor k = b.alloc({rows, kv_heads_ * head_dim_});
+    Tensor v = b.alloc({rows, kv_heads_ * head_dim_});
+    b.matmul(x, q_, &q_bias_, q);
+    b.matmul(x, k_, &k_bias_, k);
+    b.matmul(x, v_, &v_bias_, v);
+    if (!q_norm_.empty()) {
+      b.rmsnorm(q, q_norm_, eps_, q);
+      b.rmsnorm(k, k_norm_, eps_, k);
+    }
+    b.rope(rope_, q, heads_, head_dim_, 0, ctx.batch.positions);
+    b.rope(rope_, k, kv_heads_, head_dim_, 0, ctx.batch.positions);
+    b.kv_write(cache, k, &v, ctx.batch.slots);
+    Tensor attn = b.alloc({rows, heads_ * head_dim_});
+    b.attention(cache, ctx.rows, q, heads_, head_dim_, scale_, attn);
+    b.matmul(attn, o_, &o_bias_, out);
+  }
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  float scale_, eps_;
+  RopeTable rope_;
+  Tensor q_, k_, v_, o_, q_bias_, k_bias_, v_bias_, o_bias_, q_norm_, k_norm_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBlock> gqa_attention_load(const ModelConfig& config, WeightLoader& loader,
+                                                   const std::string& prefix) {
+  return std::make_unique<GqaAttention>(config, loader, prefix);
+}
+
+}  // namespace moet

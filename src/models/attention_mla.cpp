@@ -1,0 +1,110 @@
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) in the absorbed form. The cache holds,
+// per token, the normalised KV latent c (kv_lora_rank) followed by the roped shared key
+// (qk_rope_head_dim). Per head h, kv_b_proj splits into W_uk[h] (qk_nope x rank) and W_uv[h]
+// (v_head x rank); scores use q_lat = W_uk[h]^T q_nope concatenated with q_rope against the cache
+// row, values are the latent part of the same row, and the head output is W_uv[h] o_lat. This is
+// the same function as expanding K/V per head, with one cache row per token for all heads.
+#include "models/blocks.h"
+
+#include "models/rope_table.h"
+
+#include <cstring>
+
+namespace moet {
+namespace {
+
+class MlaAttention final : public AttentionBlock {
+ public:
+  MlaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p)
+      : heads_(c.num_attention_heads), rank_(c.kv_lora_rank), nope_(c.qk_nope_head_dim),
+        rope_dim_(c.qk_rope_head_dim), v_dim_(c.v_head_dim), scale_(float(c.attention_scale())),
+        rope_(rope_table_build(c.rope)) {
+    const int64_t hidden = c.hidden_size, qk = nope_ + rope_dim_;
+    if (c.q_lora_rank > 0) {
+      q_a_ = loader.weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
+      if (c.attention_bias) q_a_bias_ = loader.weight_f32(p + "q_a_proj.bias", {c.q_lora_rank});
+      q_a_norm_ = loader.weight_f32(p + "q_a_layernorm.weight", {c.q_lora_rank});
+      q_b_ = loader.weight(p + "q_b_proj.weight", {heads_ * qk, c.q_lora_rank});
+    } else {
+      q_b_ = loader.weight(p + "q_proj.weight", {heads_ * qk, hidden});
+    }
+    kv_a_ = loader.weight(p + "kv_a_proj_with_mqa.weight", {rank_ + rope_dim_, hidden});
+    if (c.attention_bias) kv_a_bias_ = loader.weight_f32(p + "kv_a_proj_with_mqa.bias", {rank_ + rope_dim_});
+    kv_a_norm_ = loader.weight_f32(p + "kv_a_layernorm.weight", {rank_});
+    split_kv_b(loader.backend(), loader.info(p + "kv_b_proj.weight", {heads_ * (nope_ + v_dim_), rank_}));
+    o_ = loader.weight(p + "o_proj.weight", {hidden, heads_ * v_dim_});
+    if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
+  }
+
+  KvLayerCache create_cache(Backend& backend, int64_t blocks, int64_t block_size) const override {
+    return backend.alloc_kv(blocks, block_size, 1, rank_ + rope_dim_, rank_, true);
+  }
+  int64_t kv_floats_per_token() const override { return rank_ + rope_dim_; }
+
+  void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
+    Backend& b = ctx.backend;
+    const int64_t rows = x.rows(), qk = nope_ + rope_dim_, row = rank_ + rope_dim_;
+    Tensor q = b.alloc({rows, heads_ * qk});
+    if (!q_a_.empty()) {
+      Tensor qa = b.alloc({rows, q_a_.dim(0)});
+      b.matmul(x, q_a_, &q_a_bias_, qa);
+      b.rmsnorm(qa, q_a_norm_, eps_, qa);
+      b.matmul(qa, q_b_, nullptr, q);
+    } else {
+      b.matmul(x, q_b_, nullptr, q);
+    }
+    Tensor kv = b.alloc({rows, row});
+    b.matmul(x, kv_a_, &kv_a_bias_, kv);
+    Tensor latent = b.alloc({rows, rank_});
+    b.copy_columns(kv, row, 0, latent, rank_, 0, rows, rank_);
+    b.rmsnorm(latent, kv_a_norm_, eps_, latent);
+    b.copy_columns(latent, rank_, 0, kv, row, 0, rows, rank_);
+    b.rope(rope_, kv, 1, row, rank_, ctx.batch.positions);
+    b.rope(rope_, q, heads_, qk, nope_, ctx.batch.positions);
+    b.kv_write(cache, kv, nullptr, ctx.batch.slots);
+
+    Tensor q_full = b.alloc({rows, heads_, row});
+    b.head_matmul(q, heads_, qk, w_uk_t_, q_full, row);
+    b.copy_columns(q, qk, nope_, q_full, row, rank_, rows * heads_, rope_dim_);
+    Tensor o_latent = b.alloc({rows, heads_, rank_});
+    b.attention(cache, ctx.rows, q_full, heads_, row, scale_, o_latent);
+    Tensor o_heads = b.alloc({rows, heads_ * v_dim_});
+    b.head_matmul(o_latent, heads_, rank_, w_uv_, o_heads, v_dim_);
+    b.matmul(o_heads, o_, &o_bias_, out);
+  }
+
+ private:
+  // kv_b_proj [heads * (nope + v), rank] -> W_uk^T [heads, rank, nope] and W_uv [heads, v, rank],
+  // both in the checkpoint's dtype (a permutation: values are unchanged).
+  void split_kv_b(Backend& backend, const TensorInfo& kv_b) {
+    const size_t elem = dtype_size(kv_b.dtype);
+    std::vector<uint8_t> uk(static_cast<size_t>(heads_ * rank_ * nope_) * elem);
+    std::vector<uint8_t> uv(static_cast<size_t>(heads_ * v_dim_ * rank_) * elem);
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t base = h * (nope_ + v_dim_);
+      for (int64_t i = 0; i < nope_; ++i)
+        for (int64_t r = 0; r < rank_; ++r)
+          std::memcpy(&uk[size_t((h * rank_ + r) * nope_ + i) * elem], kv_b.data + size_t((base + i) * rank_ + r) * elem, elem);
+      std::memcpy(&uv[size_t(h * v_dim_ * rank_) * elem], kv_b.data + size_t((base + nope_) * rank_) * elem,
+                  size_t(v_dim_ * rank_) * elem);
+    }
+    w_uk_t_ = backend.upload(TensorInfo{kv_b.name + " (W_uk^T)", kv_b.dtype, {heads_, rank_, nope_}, uk.data(), uk.size(), kv_b.file});
+    w_uv_ = backend.upload(TensorInfo{kv_b.name + " (W_uv)", kv_b.dtype, {heads_, v_dim_, rank_}, uv.data(), uv.size(), kv_b.file});
+  }
+
+  int64_t heads_, rank_, nope_, rope_dim_, v_dim_;
+  // transformers builds q_a_layernorm and kv_a_layernorm with eps 1e-6 whatever rms_norm_eps says.
+  static constexpr float eps_ = 1e-6f;
+  float scale_;
+  RopeTable rope_;
+  Tensor q_a_, q_a_bias_, q_a_norm_, q_b_, kv_a_, kv_a_bias_, kv_a_norm_, w_uk_t_, w_uv_, o_, o_bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBlock> mla_attention_load(const ModelConfig& config, WeightLoader& loader,
+                                                   const std::string& prefix) {
+  return std::make_unique<MlaAttention>(config, loader, prefix);
+}
+
+}  // namespace moet

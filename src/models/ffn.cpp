@@ -1,0 +1,85 @@
+// Feed-forward blocks: the dense SiLU MLP and the MoE block (router -> routed experts, plus
+// shared experts when the family has them). Gate and up projections are stacked at load so one
+// matmul produces both halves for silu_mul.
+#include "models/blocks.h"
+
+#include "core/error.h"
+
+namespace moet {
+namespace {
+
+class DenseMlp final : public FfnBlock {
+ public:
+  DenseMlp(WeightLoader& loader, const std::string& p, int64_t hidden, int64_t inner)
+      : inner_(inner),
+        gate_up_(loader.stacked(p + "gate_proj.weight", p + "up_proj.weight", {inner, hidden})),
+        down_(loader.weight(p + "down_proj.weight", {hidden, inner})) {}
+
+  void forward(Backend& b, const Tensor& x, Tensor& out) override {
+    Tensor gate_up = b.alloc({x.rows(), 2 * inner_});
+    Tensor act = b.alloc({x.rows(), inner_});
+    b.matmul(x, gate_up_, nullptr, gate_up);
+    b.silu_mul(gate_up, act);
+    b.matmul(act, down_, nullptr, out);
+  }
+
+ private:
+  int64_t inner_;
+  Tensor gate_up_, down_;
+};
+
+class Moe final : public FfnBlock {
+ public:
+  Moe(const ModelConfig& c, WeightLoader& loader, int64_t layer) : top_k_(c.num_experts_per_tok) {
+    const std::string p = c.moe_prefix(layer);
+    const int64_t hidden = c.hidden_size, inner = c.moe_intermediate_size, experts = c.n_routed_experts;
+    router_ = loader.weight(p + "gate.weight", {experts, hidden});
+    params_ = {experts, top_k_, c.scoring == RouterScoring::sigmoid, c.norm_topk_prob,
+               float(c.routed_scaling_factor), c.n_group, c.topk_group, nullptr};
+    if (c.has_correction_bias) {
+      bias_ = loader.weight_f32(p + "gate.e_score_correction_bias", {experts});
+      params_.correction_bias = bias_.as<float>();
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      const auto names = c.expert_tensor_names(layer, e);
+      experts_.push_back({loader.stacked(names.gate, names.up, {inner, hidden}),
+                          loader.weight(names.down, {hidden, inner})});
+    }
+    if (c.n_shared_experts > 0)
+      shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts);
+  }
+
+  void forward(Backend& b, const Tensor& x, Tensor& out) override {
+    Tensor logits = b.alloc({x.rows(), params_.experts});
+    b.matmul(x, router_, nullptr, logits);
+    b.router(params_, logits, expert_ids_, weights_);
+    b.moe_experts(x, experts_, expert_ids_, weights_, top_k_, out);
+    if (shared_) {
+      Tensor shared_out = b.alloc({x.rows(), x.cols()});
+      shared_->forward(b, x, shared_out);
+      b.add(out, shared_out);
+    }
+  }
+
+ private:
+  int64_t top_k_;
+  Tensor router_, bias_;
+  RouterParams params_{};
+  std::vector<ExpertWeights> experts_;
+  std::unique_ptr<FfnBlock> shared_;
+  std::vector<int32_t> expert_ids_;
+  std::vector<float> weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<FfnBlock> dense_mlp_load(WeightLoader& loader, const std::string& prefix,
+                                         int64_t hidden, int64_t inner) {
+  return std::make_unique<DenseMlp>(loader, prefix, hidden, inner);
+}
+
+std::unique_ptr<FfnBlock> moe_load(const ModelConfig& config, WeightLoader& loader, int64_t layer) {
+  return std::make_unique<Moe>(config, loader, layer);
+}
+
+}  // namespace moet

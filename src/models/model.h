@@ -1,0 +1,49 @@
+// What the engine sees of a model: a forward over a batch of tokens from any number of sequences
+// (prefill rows and decode rows alike) that writes their K/V into a paged cache and returns the
+// logits of the rows asked for. Built from a checkpoint by model_load() (registry.cpp), which
+// dispatches on the config's family to one file per architecture.
+#pragma once
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace moet {
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;                // [rows]
+  std::vector<int32_t> positions;             // [rows] position in its sequence
+  std::vector<int32_t> row_seq;               // [rows] index into block_tables
+  std::vector<int64_t> slots;                 // [rows] physical KV slot the row writes
+  std::vector<const int32_t*> block_tables;   // [sequences]
+  std::vector<int32_t> logit_rows;            // rows whose logits are returned, in this order
+};
+
+struct KvCache {
+  int64_t blocks = 0;
+  int64_t block_size = 0;
+  std::vector<KvLayerCache> layers;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual KvCache create_kv_cache(int64_t blocks, int64_t block_size) = 0;
+  // Bytes one token occupies in the KV cache over all layers.
+  virtual int64_t kv_bytes_per_token() const = 0;
+  // Returns logits [batch.logit_rows.size(), vocab] on the host.
+  virtual std::vector<float> forward(const ForwardBatch& batch, KvCache& cache) = 0;
+};
+
+struct LoadStats;
+std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats = nullptr);
+// A model of the shapes `config` describes with invented weights (benchmarks, --load-format dummy).
+std::unique_ptr<Model> model_load_random(const nlohmann::json& config, Backend& backend, uint64_t seed,
+                                         LoadStats* stats = nullptr);
+
+}  // namespace moet

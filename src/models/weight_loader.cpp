@@ -1,0 +1,89 @@
+// WeightLoader implementation (see weight_loader.h).
+#include "models/weight_loader.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+namespace moet {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+WeightLoader WeightLoader::random(Backend& backend, uint64_t seed) { return WeightLoader(backend, seed); }
+
+bool WeightLoader::has(const std::string& name) const {
+  return checkpoint_ ? checkpoint_->find(name) != nullptr : !ends_with(name, ".bias");
+}
+
+const TensorInfo& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<uint8_t> bytes(size_t(count) * 2);
+  auto* values = reinterpret_cast<uint16_t*>(bytes.data());
+  const bool norm = ends_with(name, "norm.weight");
+  const bool bias = ends_with(name, "correction_bias");
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  // One random draw per 64 values keeps invention fast at full-size shapes; values still vary.
+  for (int64_t i = 0; i < count; i += 64) {
+    const float base = normal(rng_);
+    for (int64_t j = i; j < std::min(count, i + 64); ++j)
+      values[j] = float_to_bf16(norm ? 1.0f : bias ? 0.0f : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
+  }
+  if (invented_.size() >= 2) invented_.pop_front();
+  invented_.emplace_back(TensorInfo{name, DType::bf16, shape, nullptr, bytes.size(), "(random)"}, std::move(bytes));
+  invented_.back().first.data = invented_.back().second.data();
+  return invented_.back().first;
+}
+
+const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {
+  if (checkpoint_ == nullptr) return invent(name, shape);
+  const TensorInfo* found = checkpoint_->find(name);
+  MOET_CHECK(found != nullptr, "{}: tensor '{}' is missing from the checkpoint",
+             checkpoint_->dir().string(), name);
+  MOET_CHECK(found->shape == shape, "tensor '{}' in {} has shape {} but the config implies [{}]", name,
+             found->file, found->shape_text(), fmt::join(shape, ", "));
+  used_.insert(name);
+  return *found;
+}
+
+Tensor WeightLoader::counted(const std::string& name, Tensor tensor) {
+  stats_.bytes += tensor.bytes();
+  if (name.find(".experts.") != std::string::npos) stats_.routed_bytes += tensor.bytes();
+  if (name == "model.embed_tokens.weight") stats_.embedding_bytes += tensor.bytes();
+  return tensor;
+}
+
+Tensor WeightLoader::weight(const std::string& name, const std::vector<int64_t>& shape) {
+  return counted(name, backend_.upload(info(name, shape)));
+}
+
+Tensor WeightLoader::weight_f32(const std::string& name, const std::vector<int64_t>& shape) {
+  return counted(name, backend_.upload_f32(info(name, shape)));
+}
+
+Tensor WeightLoader::stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) {
+  const TensorInfo& first = info(a, shape_each);
+  return counted(a, backend_.upload_stacked(first, info(b, shape_each)));
+}
+
+size_t WeightLoader::report_unused() const {
+  if (checkpoint_ == nullptr) return 0;
+  size_t unused = 0;
+  for (const auto& name : checkpoint_->names()) {
+    if (used_.count(name)) continue;
+    ++unused;
+    MOET_LOG_DEBUG("skipping unused tensor '{}'", name);
+  }
+  if (unused > 0) MOET_LOG_INFO("{} checkpoint tensors are not used by this engine (e.g. MTP layers); skipped", unused);
+  return unused;
+}
+
+}  // namespace moet

@@ -1,0 +1,55 @@
+// Reads a model's weights into backend memory, checking each tensor's shape against what the
+// config implies (errors name the tensor and both shapes), and remembering which tensors were
+// used so that the rest can be reported (unused ones, such as the MTP layer at index
+// num_hidden_layers, are skipped with a debug log). A loader made by random() instead invents
+// every tensor (BF16, N(0, 0.02); norm weights 1) for benchmarks of full-size shapes without files.
+#pragma once
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+struct LoadStats {
+  uint64_t bytes = 0;          // all weights uploaded
+  uint64_t routed_bytes = 0;   // routed experts
+  uint64_t embedding_bytes = 0;
+};
+
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(&checkpoint), backend_(backend) {}
+  static WeightLoader random(Backend& backend, uint64_t seed);
+
+  const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape);
+  bool has(const std::string& name) const;
+  Tensor weight(const std::string& name, const std::vector<int64_t>& shape);
+  Tensor weight_f32(const std::string& name, const std::vector<int64_t>& shape);
+  // Two [n, k] weights stacked into one [2n, k] (gate and up projections).
+  Tensor stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each);
+  // Logs the checkpoint tensors never read; returns how many there were.
+  size_t report_unused() const;
+  Backend& backend() { return backend_; }
+  const LoadStats& stats() const { return stats_; }
+
+ private:
+  WeightLoader(Backend& backend, uint64_t seed) : checkpoint_(nullptr), backend_(backend), rng_(seed) {}
+  const TensorInfo& invent(const std::string& name, const std::vector<int64_t>& shape);
+  Tensor counted(const std::string& name, Tensor tensor);
+
+  const Checkpoint* checkpoint_;  // null for random weights
+  Backend& backend_;
+  std::set<std::string> used_;
+  LoadStats stats_;
+  std::mt19937_64 rng_;
+  std::deque<std::pair<TensorInfo, std::vector<uint8_t>>> invented_;  // the last two, kept alive
+};
+
+}  // namespace moet
