@@ -1,15 +1,20 @@
-// `moet generate`: load a model folder and generate tokens for one prompt, printing the text
-// (or ids) as they come, or one JSON object with --json.
+// `moet generate`: load a model folder and generate tokens for one prompt, printing the text as
+// it comes (ids when the folder has no tokenizer), or one JSON object with --json. With a
+// tokenizer, --prompt is encoded with it and generation stops at its eos ids.
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/generator.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <sstream>
 
 namespace moet::cli {
@@ -45,21 +50,37 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+bool has_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.json.gz", "tiktoken.model"})
+    if (std::filesystem::exists(std::filesystem::path(dir) / name)) return true;
+  return false;
+}
+
 void run(const GenerateFlags& flags) {
   MOET_CHECK(flags.prompt.empty() != flags.prompt_ids.empty(), "give exactly one of --prompt-ids or --prompt");
-  MOET_CHECK(flags.prompt.empty(),
-             "--prompt needs the tokenizer, which this build does not have yet; use --prompt-ids");
-  const std::vector<int32_t> prompt = parse_ids(flags.prompt_ids);
+  std::optional<Tokenizer> tokenizer;
+  if (has_tokenizer(flags.model.model_dir)) tokenizer = Tokenizer::from_dir(flags.model.model_dir);
+  MOET_CHECK(flags.prompt.empty() || tokenizer.has_value(),
+             "--prompt needs a tokenizer (tokenizer.json or tiktoken.model) in {}; use --prompt-ids",
+             flags.model.model_dir);
+  const std::vector<int32_t> prompt = tokenizer && !flags.prompt.empty() ? tokenizer->encode(flags.prompt)
+                                                                         : parse_ids(flags.prompt_ids);
   LoadedModel loaded = load_model(flags.model);
   GenerateOptions options;
   options.max_tokens = flags.max_tokens;
   options.sampling = {flags.temperature, flags.top_p, flags.top_k, flags.seed};
   options.block_size = flags.block_size;
+  if (tokenizer) options.stop_ids = tokenizer->info().eos_ids;
+  std::optional<IncrementalDetokenizer> detokenizer;
+  if (tokenizer) detokenizer.emplace(*tokenizer, true);
   auto print_token = [&](int32_t id) {
-    if (!flags.json) {
+    if (flags.json) return;
+    if (detokenizer) {
+      std::fputs(detokenizer->push(id).c_str(), stdout);
+    } else {
       std::printf("%d ", id);
-      std::fflush(stdout);
     }
+    std::fflush(stdout);
   };
   const GenerateResult result = generate(*loaded.model, prompt, options, print_token);
   const double decode_rate = result.output_ids.size() > 1 && result.decode_seconds > 0
@@ -71,8 +92,10 @@ void run(const GenerateFlags& flags) {
                           {"finish_reason", result.finish_reason},
                           {"prefill_tokens_per_s", prefill_rate},
                           {"decode_tokens_per_s", decode_rate}};
+    if (tokenizer) out["text"] = tokenizer->decode(result.output_ids, true);
     std::printf("%s\n", out.dump().c_str());
   } else {
+    if (detokenizer) std::fputs(detokenizer->finish().c_str(), stdout);
     std::printf("\n");
     std::fprintf(stderr, "prefill %.1f tok/s, decode %.1f tok/s (%s)\n", prefill_rate, decode_rate,
                  result.finish_reason.c_str());
@@ -95,8 +118,8 @@ void register_generate(CLI::App& app, Actions& actions) {
   sub->add_option("--seed", flags->seed, "random seed for sampling (same seed, same output)");
   sub->add_option("--block-size", flags->block_size, "KV cache block size in tokens")->check(CLI::PositiveNumber);
   sub->add_flag("--json", flags->json,
-                "print one JSON object: prompt_ids, output_ids, finish_reason, prefill_tokens_per_s, "
-                "decode_tokens_per_s");
+                "print one JSON object: prompt_ids, output_ids, text (with a tokenizer), finish_reason, "
+                "prefill_tokens_per_s, decode_tokens_per_s");
   actions[sub] = [flags] { run(*flags); };
 }
 
