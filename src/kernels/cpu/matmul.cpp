@@ -46,8 +46,25 @@ float dot_f32(const float* x, const float* w, int64_t k) {
 
 void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n,
                  const float* bias, float* y, ThreadPool& pool) {
-  matmul_columns(x, rows, k, w, n, bias, y, pool,
-                 [](const float* a, const uint16_t* b, int64_t len) { return dot_bf16(a, b, len); });
+  if (rows < 4 || !cpu_has_avx2()) {
+    matmul_columns(x, rows, k, w, n, bias, y, pool,
+                   [](const float* a, const uint16_t* b, int64_t len) { return dot_bf16(a, b, len); });
+    return;
+  }
+  pool.parallel_for(size_t(n), [&](size_t begin, size_t end) {
+    for (size_t col = begin; col < end; ++col) {
+      const uint16_t* row = w + int64_t(col) * k;
+      const float b = bias ? bias[col] : 0.0f;
+      int64_t t = 0;
+      for (; t + 4 <= rows; t += 4) {
+        const float* xs[4] = {x + t * k, x + (t + 1) * k, x + (t + 2) * k, x + (t + 3) * k};
+        float out[4];
+        avx2::dot_bf16_rows4(xs, row, k, out);
+        for (int r = 0; r < 4; ++r) y[(t + r) * n + int64_t(col)] = out[r] + b;
+      }
+      for (; t < rows; ++t) y[t * n + int64_t(col)] = avx2::dot_bf16(x + t * k, row, k) + b;
+    }
+  }, 1);
 }
 
 void matmul_f32(const float* x, int64_t rows, int64_t k, const float* w, int64_t n,

@@ -1,5 +1,8 @@
 // AVX2/FMA dot products (compiled with -mavx2 -mfma; called only when cpu_has_avx2()).
-// Two 8-lane accumulators over 16 elements a step; the tail is added in scalar order.
+// Two 8-lane accumulators over 16 elements a step, 8 more, then the tail in scalar order. The
+// four-row variant loads each weight vector once for four activation rows and performs, per
+// row, exactly the operations of the one-row version, so a row's result does not depend on how
+// many rows share the call (batch invariance).
 #include "kernels/cpu/matmul.h"
 
 #include "core/dtype.h"
@@ -49,6 +52,29 @@ float dot_f32(const float* x, const float* w, int64_t k) {
   float total = horizontal_sum(_mm256_add_ps(acc0, acc1));
   for (; i < k; ++i) total += x[i] * w[i];
   return total;
+}
+
+void dot_bf16_rows4(const float* const x[4], const uint16_t* w, int64_t k, float out[4]) {
+  __m256 acc0[4], acc1[4];
+  for (int r = 0; r < 4; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m256 w0 = load_bf16x8(w + i), w1 = load_bf16x8(w + i + 8);
+    for (int r = 0; r < 4; ++r) {
+      acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), w0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i + 8), w1, acc1[r]);
+    }
+  }
+  if (i + 8 <= k) {
+    const __m256 w0 = load_bf16x8(w + i);
+    for (int r = 0; r < 4; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), w0, acc0[r]);
+    i += 8;
+  }
+  for (int r = 0; r < 4; ++r) {
+    float total = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
+    for (int64_t j = i; j < k; ++j) total += x[r][j] * bf16_to_float(w[j]);
+    out[r] = total;
+  }
 }
 
 }  // namespace moet::avx2

@@ -72,6 +72,23 @@ TEST(Matmul, ResultDoesNotDependOnThreadCount) {
   EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0);
 }
 
+TEST(Matmul, RowResultsDoNotDependOnBatchSize) {
+  ThreadPool pool(2);
+  for (int64_t k : {40, 64, 200}) {
+    const int64_t rows = 7, n = 9;
+    const auto x = random_floats(size_t(rows * k), 11);
+    const auto wf = random_floats(size_t(n * k), 12);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) w[i] = float_to_bf16(wf[i]);
+    std::vector<float> batched(static_cast<size_t>(rows * n)), single(static_cast<size_t>(n));
+    matmul_bf16(x.data(), rows, k, w.data(), n, nullptr, batched.data(), pool);
+    for (int64_t t = 0; t < rows; ++t) {
+      matmul_bf16(x.data() + t * k, 1, k, w.data(), n, nullptr, single.data(), pool);
+      EXPECT_EQ(std::memcmp(single.data(), batched.data() + t * n, sizeof(float) * size_t(n)), 0) << k << " " << t;
+    }
+  }
+}
+
 TEST(RmsNorm, MatchesFloat64) {
   ThreadPool pool(2);
   const int64_t rows = 4, dim = 48;
