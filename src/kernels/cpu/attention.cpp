@@ -53,8 +53,7 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       for (int64_t j = 0; j < keys; ++j) {
         const int64_t slot = int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
         const float* vj = cache.v + slot * cache.token_stride + kv_head * cache.v_dim;
-        const float p = scores[size_t(j)] / denom;
-        for (int64_t d = 0; d < cache.v_dim; ++d) oh[d] += p * vj[d];
+        axpy_f32(scores[size_t(j)] / denom, vj, oh, cache.v_dim);
       }
     }
   }, 1);

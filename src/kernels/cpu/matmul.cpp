@@ -44,6 +44,11 @@ float dot_f32(const float* x, const float* w, int64_t k) {
   return dot_scalar(x, k, [w](int64_t i) { return w[i]; });
 }
 
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  if (cpu_has_avx2()) return avx2::axpy_f32(a, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n,
                  const float* bias, float* y, ThreadPool& pool) {
   if (rows < 4 || !cpu_has_avx2()) {

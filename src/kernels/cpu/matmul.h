@@ -16,13 +16,15 @@ void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int
 void matmul_f32(const float* x, int64_t rows, int64_t k, const float* w, int64_t n,
                 const float* bias, float* y, ThreadPool& pool);
 
-// Single dot products, exposed for the kernels built on them (and their tests).
+// Single dot products and y += a * x, exposed for the kernels built on them (and their tests).
 float dot_bf16(const float* x, const uint16_t* w, int64_t k);
 float dot_f32(const float* x, const float* w, int64_t k);
+void axpy_f32(float a, const float* x, float* y, int64_t n);
 
 namespace avx2 {
 float dot_bf16(const float* x, const uint16_t* w, int64_t k);
 float dot_f32(const float* x, const float* w, int64_t k);
+void axpy_f32(float a, const float* x, float* y, int64_t n);
 // Four rows against one weight row; out[r] equals dot_bf16(x[r], w, k) bit for bit.
 void dot_bf16_rows4(const float* const x[4], const uint16_t* w, int64_t k, float out[4]);
 }  // namespace avx2

@@ -54,6 +54,14 @@ float dot_f32(const float* x, const float* w, int64_t k) {
   return total;
 }
 
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
 void dot_bf16_rows4(const float* const x[4], const uint16_t* w, int64_t k, float out[4]) {
   __m256 acc0[4], acc1[4];
   for (int r = 0; r < 4; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
