@@ -40,7 +40,8 @@ class Backend {
   virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
   // Uploads a small tensor as F32 whatever its stored dtype (norm weights, biases).
   virtual Tensor upload_f32(const TensorInfo& info) = 0;
-  virtual Tensor alloc(std::vector<int64_t> shape) = 0;  // F32, uninitialised
+  // Uninitialised activation memory (F32 unless told; I32 for expert ids).
+  virtual Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) = 0;
   virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads,
                                 int64_t k_dim, int64_t v_dim, bool v_aliases_k) = 0;
   virtual void to_host(const Tensor& src, float* dst) = 0;
@@ -60,13 +61,14 @@ class Backend {
                         const std::vector<int64_t>& slots) = 0;
   virtual void attention(KvLayerCache& cache, const AttentionRows& rows, const Tensor& q,
                          int64_t q_heads, int64_t q_stride, float scale, Tensor& out) = 0;
-  virtual void router(const RouterParams& params, const Tensor& logits,
-                      std::vector<int32_t>& expert_ids, std::vector<float>& weights) = 0;
+  // logits [rows, experts] -> expert_ids [rows, top_k] (I32) and weights [rows, top_k]; both
+  // stay in backend memory (the CUDA backend never syncs on routing).
+  virtual void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids,
+                      Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
   // to one expert are gathered and run together; accumulation order is fixed (expert index).
   virtual void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
-                           const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
-                           int64_t top_k, Tensor& out) = 0;
+                           const Tensor& expert_ids, const Tensor& weights, Tensor& out) = 0;
   // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
   // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).
   virtual void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,

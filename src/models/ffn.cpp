@@ -52,8 +52,10 @@ class Moe final : public FfnBlock {
   void forward(Backend& b, const Tensor& x, Tensor& out) override {
     Tensor logits = b.alloc({x.rows(), params_.experts});
     b.matmul(x, router_, nullptr, logits);
-    b.router(params_, logits, expert_ids_, weights_);
-    b.moe_experts(x, experts_, expert_ids_, weights_, top_k_, out);
+    Tensor expert_ids = b.alloc({x.rows(), top_k_}, DType::i32);
+    Tensor weights = b.alloc({x.rows(), top_k_});
+    b.router(params_, logits, expert_ids, weights);
+    b.moe_experts(x, experts_, expert_ids, weights, out);
     if (shared_) {
       Tensor shared_out = b.alloc({x.rows(), x.cols()});
       shared_->forward(b, x, shared_out);
@@ -67,8 +69,6 @@ class Moe final : public FfnBlock {
   RouterParams params_{};
   std::vector<ExpertWeights> experts_;
   std::unique_ptr<FfnBlock> shared_;
-  std::vector<int32_t> expert_ids_;
-  std::vector<float> weights_;
 };
 
 }  // namespace

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
     return t;
   }
 
-  Tensor alloc(std::vector<int64_t> shape) override { return host_tensor(DType::f32, std::move(shape)); }
+  Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override { return host_tensor(dtype, std::move(shape)); }
 
   KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim,
                         int64_t v_dim, bool v_aliases_k) override {
@@ -146,17 +146,12 @@ class CpuBackend final : public Backend {
                     q_stride, scale, out.as<float>(), pool_);
   }
 
-  void router(const RouterParams& params, const Tensor& logits, std::vector<int32_t>& expert_ids,
-              std::vector<float>& weights) override {
-    const int64_t rows = logits.rows();
-    expert_ids.resize(size_t(rows * params.top_k));
-    weights.resize(size_t(rows * params.top_k));
-    router_topk(params, logits.as<float>(), rows, expert_ids.data(), weights.data());
+  void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override {
+    router_topk(params, logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>());
   }
 
-  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
-                   const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
-                   int64_t top_k, Tensor& out) override;
+  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& expert_ids,
+                   const Tensor& weights, Tensor& out) override;
 
   void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
                     int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) override {
@@ -173,11 +168,10 @@ class CpuBackend final : public Backend {
 };
 
 void CpuBackend::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
-                             const std::vector<int32_t>& expert_ids, const std::vector<float>& weights,
-                             int64_t top_k, Tensor& out) {
-  const int64_t rows = x.rows(), hidden = x.cols();
+                             const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
+  const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   std::vector<std::vector<int64_t>> routed(experts.size());  // flat (row * top_k + slot) per expert
-  for (int64_t i = 0; i < rows * top_k; ++i) routed[size_t(expert_ids[size_t(i)])].push_back(i);
+  for (int64_t i = 0; i < rows * top_k; ++i) routed[size_t(expert_ids.as<int32_t>()[i])].push_back(i);
   std::memset(out.data, 0, out.bytes());
   for (size_t e = 0; e < experts.size(); ++e) {
     const auto& items = routed[e];
@@ -193,7 +187,7 @@ void CpuBackend::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& 
     silu_mul(gate_up, act);
     matmul(act, experts[e].down, nullptr, result);
     for (int64_t j = 0; j < count; ++j) {
-      const float w = weights[size_t(items[size_t(j)])];
+      const float w = weights.as<float>()[items[size_t(j)]];
       float* dst = out.as<float>() + (items[size_t(j)] / top_k) * hidden;
       const float* src = result.as<float>() + j * hidden;
       for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
