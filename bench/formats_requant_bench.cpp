@@ -1,0 +1,74 @@
+// Requantization throughput: GB/s of source weights (BF16 and FP8-block experts of DeepSeek-V3
+// size, [2048, 7168]) turned into W2 or the MXFP4 tier, with 1 and 2 threads.
+// Run: build/bench/formats_requant_bench (numbers go into docs/formats.md).
+#include "core/dtype.h"
+#include "formats/checkpoint_formats.h"
+#include "formats/requant.h"
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+namespace moet {
+namespace {
+
+constexpr int64_t kRows = 2048, kCols = 7168;
+
+const std::vector<double>& values() {
+  static const std::vector<double> v = [] {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0, 0.02f);
+    std::vector<double> out(size_t(kRows * kCols));
+    for (auto& x : out) x = bf16_to_float(float_to_bf16(normal(rng)));
+    return out;
+  }();
+  return v;
+}
+
+SourceView bf16_source() {
+  static const std::vector<uint16_t> data = [] {
+    std::vector<uint16_t> out;
+    for (double x : values()) out.push_back(float_to_bf16(float(x)));
+    return out;
+  }();
+  SourceView v;
+  v.format = SourceFormat::bf16;
+  v.rows = kRows;
+  v.cols = kCols;
+  v.data = reinterpret_cast<const uint8_t*>(data.data());
+  return v;
+}
+
+SourceView fp8_source() {
+  static const Fp8BlockTensor t = fp8_block_quantize(values().data(), kRows, kCols, "bench");
+  return t.view("bench");
+}
+
+void run(benchmark::State& state, const SourceView& src, StoreFormat format) {
+  ThreadPool pool(int(state.range(0)));
+  BlockTensor out;
+  out.codes.resize(store_codes_bytes(format, src.rows, src.cols));
+  out.scales.resize(store_scales_bytes(src.rows, src.cols));
+  for (auto _ : state) {
+    if (format == StoreFormat::w2) {
+      quantize_w2_into(src, ZeroMode::automatic, pool, out.codes.data(), out.scales.data());
+    } else {
+      quantize_fp4_into(src, pool, out.codes.data(), out.scales.data());
+    }
+    benchmark::DoNotOptimize(out.codes.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(source_data_bytes(src)));
+}
+
+void BM_RequantBf16ToW2(benchmark::State& s) { run(s, bf16_source(), StoreFormat::w2); }
+void BM_RequantBf16ToFp4(benchmark::State& s) { run(s, bf16_source(), StoreFormat::fp4); }
+void BM_RequantFp8ToW2(benchmark::State& s) { run(s, fp8_source(), StoreFormat::w2); }
+
+BENCHMARK(BM_RequantBf16ToW2)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RequantBf16ToFp4)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RequantFp8ToW2)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace moet
+
+BENCHMARK_MAIN();

@@ -1,0 +1,73 @@
+// W2 / FP4 CPU expert matmul (one token, M = 1, the decode case) in GB/s of weight bytes
+// (codes + scales), against memcpy bandwidth over a buffer of the same total size. Sixteen
+// [2048, 7168] experts rotate so the weights come from memory, not cache.
+#include "formats/requant.h"
+#include "kernels/cpu/w2_matmul.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+
+namespace moet {
+namespace {
+
+constexpr int64_t kN = 2048, kK = 7168, kExperts = 16;
+
+struct Weights {
+  std::vector<uint8_t> codes, scales;
+  uint64_t code_bytes, scale_bytes;
+};
+
+Weights make(StoreFormat format) {
+  Weights w;
+  w.code_bytes = store_codes_bytes(format, kN, kK);
+  w.scale_bytes = store_scales_bytes(kN, kK);
+  w.codes.resize(w.code_bytes * kExperts);
+  w.scales.resize(w.scale_bytes * kExperts);
+  std::mt19937 rng(3);
+  for (auto& c : w.codes) c = uint8_t(rng());
+  for (auto& s : w.scales) s = uint8_t(120 + rng() % 8);
+  return w;
+}
+
+void run(benchmark::State& state, StoreFormat format) {
+  static const Weights w2 = make(StoreFormat::w2), fp4 = make(StoreFormat::fp4);
+  const Weights& w = format == StoreFormat::w2 ? w2 : fp4;
+  ThreadPool pool(int(state.range(0)));
+  std::vector<float> x(static_cast<size_t>(kK), 0.5f), y(static_cast<size_t>(kN));
+  int64_t e = 0;
+  for (auto _ : state) {
+    const uint8_t* codes = w.codes.data() + e * w.code_bytes;
+    const uint8_t* scales = w.scales.data() + e * w.scale_bytes;
+    (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(x.data(), 1, kK, codes, scales, kN, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    e = (e + 1) % kExperts;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w.code_bytes + w.scale_bytes));
+}
+
+void BM_MatmulW2(benchmark::State& s) { run(s, StoreFormat::w2); }
+void BM_MatmulFp4(benchmark::State& s) { run(s, StoreFormat::fp4); }
+
+// The ceiling: copy the same number of bytes per iteration, rotating like the matmul.
+void BM_Memcpy(benchmark::State& state) {
+  const uint64_t bytes = store_codes_bytes(StoreFormat::w2, kN, kK) + store_scales_bytes(kN, kK);
+  std::vector<uint8_t> src(bytes * kExperts, 1), dst(bytes);
+  int64_t e = 0;
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data() + e * bytes, bytes);
+    benchmark::DoNotOptimize(dst.data());
+    e = (e + 1) % kExperts;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+}
+
+BENCHMARK(BM_MatmulW2)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_MatmulFp4)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Memcpy)->UseRealTime();
+
+}  // namespace
+}  // namespace moet
+
+BENCHMARK_MAIN();

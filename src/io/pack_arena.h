@@ -1,0 +1,60 @@
+// An LRU arena of stride-sized slots over a PackReader: the host-side cache of expert rows.
+// fetch() makes a batch of (layer, expert) rows resident, reading all misses with one
+// PackReader::read into the least recently used slots not in the batch, and returns pointers
+// into the arena (zero-copy on hits). Pointers stay valid until the next fetch(). A batch larger
+// than the arena is an error. Memory comes from an ArenaMemory: plain 4 KiB aligned memory by
+// default; the CUDA backend passes a pinned allocator so slots are direct sources for H2D copies.
+#pragma once
+
+#include "io/pack_reader.h"
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace moet {
+
+class ArenaMemory {
+ public:
+  virtual ~ArenaMemory() = default;
+  virtual uint8_t* allocate(size_t bytes) = 0;  // 4 KiB aligned
+  virtual void release(uint8_t* data, size_t bytes) = 0;
+};
+ArenaMemory& arena_memory_aligned();
+
+struct ExpertKey {
+  int64_t layer;
+  int64_t expert;
+  bool operator==(const ExpertKey&) const = default;
+};
+
+class PackArena {
+ public:
+  PackArena(PackReader& reader, size_t slots, ArenaMemory& memory = arena_memory_aligned());
+  ~PackArena();
+  PackArena(const PackArena&) = delete;
+  PackArena& operator=(const PackArena&) = delete;
+
+  std::vector<const uint8_t*> fetch(std::span<const ExpertKey> keys);
+  // The resident row of key or nullptr; does not touch the LRU order.
+  const uint8_t* lookup(ExpertKey key) const;
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  static uint64_t key_id(ExpertKey k) { return uint64_t(k.layer) << 32 | uint64_t(k.expert); }
+
+  PackReader& reader_;
+  ArenaMemory& memory_;
+  size_t slots_;
+  uint8_t* data_;
+  std::list<size_t> lru_;  // front = most recent
+  std::vector<std::list<size_t>::iterator> position_;
+  std::vector<uint64_t> slot_key_;  // key id per slot, UINT64_MAX when empty
+  std::unordered_map<uint64_t, size_t> slot_of_;
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace moet

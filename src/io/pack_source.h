@@ -1,0 +1,29 @@
+// From a checkpoint to the formats layer: a SourceView for any expert weight as hub checkpoints
+// store it, and the PackSpec / ExpertSourceFn that pack building needs. Recognised layouts of a
+// weight `X.weight` (or `X_blocks` for gpt-oss style MXFP4):
+//   BF16 / F16 / F32                 plain [N, K]
+//   F8_E4M3 + X.weight_scale_inv     FP8 with [ceil(N/128), ceil(K/128)] F32/BF16 block scales
+//                                    (block size from quantization_config.weight_block_size)
+//   U8 [N, K/2] + X.weight_scale E4M3 [N, K/16] + X.weight_scale_2 F32   NVFP4 (modelopt)
+//   U8 [N, K/2] + X.weight_scale U8 [N, K/32]                            MXFP4 (UE8M0 scales)
+//   X_blocks U8 [.., N, K/32, 16] + X_scales U8 [.., N, K/32]            MXFP4 (gpt-oss)
+// A leading expert dimension (fused expert tensors) is sliced by `expert` when given (>= 0).
+#pragma once
+
+#include "formats/source.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "io/pack_writer.h"
+
+#include <string>
+
+namespace moet {
+
+SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& name, int64_t expert = -1);
+
+// The pack expected for this checkpoint, format, zero mode and rank.
+PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
+                       ZeroMode zero_mode, int rank = 0, int world = 1);
+ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config);
+
+}  // namespace moet
