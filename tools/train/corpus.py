@@ -41,17 +41,17 @@ from concurrent.futures import ProcessPoolExecutor
 MB = 1 << 20
 
 # Byte caps per source (UTF-8 bytes of the normalized text, before dedup). The sum stays
-# well below the 40 MB compressed limit (xz compresses this mix about 4-5x).
+# below the 40 MB compressed limit (xz compresses this mix about 4.4x).
 CAPS = {
     "python_docs": 12 * MB,
-    "man": 14 * MB,
-    "gcide": 16 * MB,
-    "wordnet": 10 * MB,
+    "man": 8 * MB,
+    "gcide": 30 * MB,
+    "wordnet": 14 * MB,
     "fortunes": 3 * MB,
     "debref": 4 * MB,
-    "python_src": 22 * MB,
-    "go_src": 24 * MB,
-    "c_headers": 5 * MB,
+    "python_src": 12 * MB,
+    "go_src": 40 * MB,
+    "c_headers": 8 * MB,
 }
 KIND = {"python_docs": "prose", "man": "prose", "gcide": "prose", "wordnet": "prose",
         "fortunes": "prose", "debref": "prose", "python_src": "code", "go_src": "code",
@@ -131,8 +131,8 @@ def _render_man(path):
         return ""
     if raw.lstrip().startswith(b".so ") and raw.count(b"\n") <= 2:
         return ""  # a link to another page
-    r = subprocess.run(["groff", "-Tutf8", "-mandoc", "-rLL=78n", "-P-cbou", "-k"],
-                       input=raw, capture_output=True, env=dict(os.environ, LC_ALL="C.UTF-8"))
+    r = subprocess.run(["groff", "-Tutf8", "-mandoc", "-rLL=78n", "-rHY=0", "-P-cbou", "-k"],
+                       input=b".na\n" + raw, capture_output=True, env=dict(os.environ, LC_ALL="C.UTF-8"))
     text = r.stdout.decode("utf-8", errors="replace")
     lines = text.split("\n")
     # drop the running header/footer lines
@@ -157,13 +157,28 @@ def src_man(jobs):
         return [t for t in ex.map(_render_man, files, chunksize=16) if t.strip()]
 
 
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _b64num(s):
+    n = 0
+    for c in s:
+        n = n * 64 + _B64.index(c)
+    return n
+
+
 def src_gcide():
-    raw = gzip.decompress(open("/usr/share/dictd/gcide.dict.dz", "rb").read()).decode("utf-8", "replace")
-    raw = re.sub(r"^\s*\[(1913 Webster|PJC|WordNet 1\.5|Webster 1913 Suppl\.|RN|MW|Century Dict\.|[A-Za-z0-9 .,]+)\]\s*$\n?",
-                 "", raw, flags=re.M)
-    # split into entries: a line starting at column 0 after a blank line begins an entry
-    entries = re.split(r"\n\n(?=\S)", raw)
-    entries = [e for e in entries if not e.startswith("00-database")]
+    raw = gzip.decompress(open("/usr/share/dictd/gcide.dict.dz", "rb").read())
+    spans = set()
+    for line in open("/usr/share/dictd/gcide.index", encoding="utf-8", errors="replace"):
+        f = line.rstrip("\n").split("\t")
+        if len(f) >= 3 and not f[0].startswith("00-database"):
+            spans.add((_b64num(f[1]), _b64num(f[2])))
+    entries = []
+    for off, n in sorted(spans):
+        e = raw[off:off + n].decode("utf-8", "replace")
+        e = re.sub(r"^\s*\[(1913 Webster|PJC|WordNet 1\.5|Webster 1913 Suppl\.|[A-Z][A-Za-z0-9 .,]*)\]\s*$\n?", "", e, flags=re.M)
+        entries.append(e.strip("\n"))
     docs, cur, size = [], [], 0
     for e in entries:
         cur.append(e)
@@ -247,8 +262,15 @@ def src_debref():
             p = _HTMLText()
             p.feed(read_text(f))
             text = "".join(p.parts)
-            text = "\n".join(l.strip() if not l.startswith(" ") else l for l in text.split("\n"))
-            out.append(text)
+            lines, last = [], None
+            for l in text.split("\n"):
+                l = l[1:] if l.startswith(" ") and not l.startswith("  ") else l
+                if l.strip():
+                    if l.strip() == last:
+                        continue  # the HTML repeats titles
+                    last = l.strip()
+                lines.append(l)
+            out.append(re.sub(r"\n{3,}", "\n\n", "\n".join(lines)))
     return out
 
 
@@ -316,7 +338,7 @@ def main():
             st[sp][1] += nbytes
         stats[name] = st
         print(f"{name:12s} {KIND[name]:5s} found {n_raw:6d} docs, dupes {st['dupes']:5d}, over cap {st['over_cap']:5d}; "
-              + ", ".join(f"{sp} {st[sp][0]} docs {st[sp][1] / MB:.2f} MB" for sp in splits), flush=True)
+              + ", ".join(f"{sp} {st[sp][0]} docs {st[sp][1] / MB:.2f} MiB" for sp in splits), flush=True)
 
     os.makedirs(args.out, exist_ok=True)
     total_comp = 0
@@ -329,13 +351,13 @@ def main():
         sz = os.path.getsize(path)
         total_comp += sz
         nb = sum(len(d["text"].encode("utf-8")) for d in docs)
-        print(f"{sp:10s} {len(docs):7d} docs {nb / MB:8.2f} MB text -> {path} {sz / MB:.2f} MB", flush=True)
+        print(f"{sp:10s} {len(docs):7d} docs {nb / MB:8.2f} MiB text -> {path} {sz / MB:.2f} MiB", flush=True)
     kinds = {}
     for st in stats.values():
         k = kinds.setdefault(st["kind"], 0)
         kinds[st["kind"]] = k + sum(st[sp][1] for sp in splits)
-    print("bytes by kind: " + ", ".join(f"{k} {v / MB:.2f} MB" for k, v in kinds.items()))
-    print(f"total compressed: {total_comp / MB:.2f} MB")
+    print("bytes by kind: " + ", ".join(f"{k} {v / MB:.2f} MiB" for k, v in kinds.items()))
+    print(f"total compressed: {total_comp / MB:.2f} MiB")
     with open(os.path.join(args.out, "stats.json"), "w") as f:
         json.dump({"sources": stats, "compressed_bytes": total_comp, "caps": CAPS, "scale": args.scale}, f, indent=1)
 
