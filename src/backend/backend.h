@@ -3,6 +3,10 @@
 // of the supported architectures; kernels/ hold the pure compute it calls. The CPU backend is
 // backend/cpu; the CUDA backend (backend/cuda) implements the same ops. Activations are FP32;
 // weights keep their checkpoint dtype where the op supports it (BF16, F32).
+// A forward begins with begin_step(), which hands the backend the per-row inputs (token ids,
+// positions, KV slots, block tables) once; embedding, rope, kv_write and attention read them
+// from there, so a GPU backend uploads them in one copy per step and a captured graph reads
+// them at fixed device addresses (docs/design.md, "CUDA backend").
 #pragma once
 
 #include "backend/tensor.h"
@@ -17,10 +21,41 @@
 
 namespace moet {
 
+// How a routed expert's matrices are stored: dense (BF16/F32 tensors of the shapes below) or a
+// block-of-32 format of formats/mx_block.h (W2 2-bit codes or MXFP4 nibbles, U8 code planes
+// [rows, cols * bits / 8] with UE8M0 scale planes [rows, cols / 32]).
+enum class ExpertFormat { dense, w2, fp4 };
+
 // One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
 struct ExpertWeights {
   Tensor gate_up;
   Tensor down;
+  ExpertFormat format = ExpertFormat::dense;
+  Tensor gate_up_scales, down_scales;  // block formats only
+
+  int64_t inner() const { return gate_up.dim(0) / 2; }
+};
+
+// A layer's routed experts as the backend reads them. `table` is backend memory mapping an
+// expert index to its weights (on the GPU: device pointers read by the kernels at run time, so
+// the residency manager can move experts without re-capturing graphs); empty on the CPU.
+struct ExpertSet {
+  std::vector<ExpertWeights> experts;
+  Tensor table;
+};
+
+// The per-row inputs of one forward (host memory, valid until the next begin_step). Row t
+// reads tokens[t] at positions[t] of sequence row_seq[t], whose block table is
+// block_tables[row_seq[t]], and writes its K/V into slots[t].
+struct StepInputs {
+  int64_t rows = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* row_seq = nullptr;
+  const int64_t* slots = nullptr;
+  int64_t sequences = 0;
+  const int32_t* const* block_tables = nullptr;
+  int64_t block_size = 0;  // of the KV caches the tables index
 };
 
 // A KV cache for one layer, in the layout PagedKv describes (storage owned by the backend).
@@ -34,7 +69,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
-  // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is.
+  // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is,
+  // and U8 planes (quantized expert codes and scales) are copied byte for byte.
   virtual Tensor upload(const TensorInfo& info) = 0;
   // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor.
   virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
@@ -44,30 +80,40 @@ class Backend {
   virtual Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) = 0;
   virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads,
                                 int64_t k_dim, int64_t v_dim, bool v_aliases_k) = 0;
-  virtual void to_host(const Tensor& src, float* dst) = 0;
-  virtual void from_host(const float* src, Tensor& dst) = 0;
+  virtual void to_host(const Tensor& src, void* dst) = 0;
+  virtual void from_host(const void* src, Tensor& dst) = 0;
+  // Builds the expert table of one MoE layer (once, at load).
+  virtual ExpertSet expert_set(std::vector<ExpertWeights> experts) = 0;
+  // Best-of-several copy of `bytes` bytes inside the memory the backend computes from; returns
+  // GB/s counting bytes read + written (the roofline the benchmarks compare against).
+  virtual double copy_bandwidth(size_t bytes) = 0;
 
-  virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
+  virtual void begin_step(const StepInputs& step) = 0;
+  // out[t, :] = table[step.tokens[t], :].
+  virtual void embedding(const Tensor& table, Tensor& out) = 0;
   // Normalises each `dim`-wide group of x (rows of width dim, or per head when dim < cols).
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
   // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   virtual void add(Tensor& y, const Tensor& x) = 0;
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
-  // Rotates x[..., offset : offset + rot_dim] of each of `heads` heads (head_stride apart).
+  // Rotates x[..., offset : offset + rot_dim] of each of `heads` heads (head_stride apart) of
+  // row t by the angle of step.positions[t].
   virtual void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride,
-                    int64_t offset, const std::vector<int32_t>& positions) = 0;
-  virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v,
-                        const std::vector<int64_t>& slots) = 0;
-  virtual void attention(KvLayerCache& cache, const AttentionRows& rows, const Tensor& q,
-                         int64_t q_heads, int64_t q_stride, float scale, Tensor& out) = 0;
+                    int64_t offset) = 0;
+  // Writes row t of k (and v) into KV slot step.slots[t].
+  virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) = 0;
+  // Causal attention of the step's rows over the cache (see kernels/cpu/attention.h).
+  virtual void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride,
+                         float scale, Tensor& out) = 0;
   // logits [rows, experts] -> expert_ids [rows, top_k] (I32) and weights [rows, top_k]; both
-  // stay in backend memory (the CUDA backend never syncs on routing).
+  // stay in backend memory (the CUDA backend never syncs on routing). A correction bias in
+  // `params` points into backend memory.
   virtual void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids,
                       Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
   // to one expert are gathered and run together; accumulation order is fixed (expert index).
-  virtual void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
+  virtual void moe_experts(const Tensor& x, const ExpertSet& experts,
                            const Tensor& expert_ids, const Tensor& weights, Tensor& out) = 0;
   // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
   // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).

@@ -1,14 +1,13 @@
-// `moet bench`: CPU decode throughput of a model (a folder, or a config.json with random weights
-// and optionally fewer layers, so full-size shapes fit in RAM) next to the machine's measured
-// copy bandwidth. Bytes read per decode token = every weight except the embedding table, with
+// `moet bench`: decode throughput of a model on the CPU or a GPU (--device; a folder, or a
+// config.json with random weights and optionally fewer layers, so full-size shapes fit in memory)
+// next to the copy bandwidth of the memory it computes from, measured by the backend in the same run. Bytes read per decode token = every weight except the embedding table, with
 // routed experts counted top_k / n_experts (what one token reads); achieved bandwidth = that
-// times tokens/s; the ratio to a STREAM-like multi-threaded copy measured in the same run
-// (counting bytes read + written) says how close decode is to the memory roofline.
-#include "backend/cpu/cpu_backend.h"
+// times tokens/s; the ratio to the backend's copy bandwidth (a STREAM-like multi-threaded copy on
+// the CPU, a device-to-device copy on the GPU; bytes read + written) says how close decode is to
+// the memory roofline.
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
@@ -27,33 +26,18 @@ struct BenchFlags {
   std::string model_dir;
   std::string config_file;
   int64_t layers = 0;
-  int threads = 0;
+  DeviceOptions device;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   double copy_gib = 1.0;
   std::string json_out;
 };
 
-// Best-of-5 multi-threaded copy of `bytes` bytes; returns GB/s counting read + write.
-double copy_bandwidth(ThreadPool& pool, size_t bytes) {
-  std::unique_ptr<uint8_t[]> src(new uint8_t[bytes]), dst(new uint8_t[bytes]);
-  pool.parallel_for(bytes, [&](size_t b, size_t e) { std::memset(src.get() + b, 1, e - b); std::memset(dst.get() + b, 0, e - b); }, 1 << 20);
-  double best = 0.0;
-  for (int round = 0; round < 5; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(bytes, [&](size_t b, size_t e) { std::memcpy(dst.get() + b, src.get() + b, e - b); }, 1 << 20);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, 2.0 * double(bytes) / seconds / 1e9);
-  }
-  return best;
-}
-
 void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
-  auto backend = cpu_backend_create(flags.threads);
-  ThreadPool pool(flags.threads);
-  const double copy_gbs = copy_bandwidth(pool, size_t(flags.copy_gib * double(1ull << 30)));
-  std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %d threads)\n", copy_gbs, pool.size());
+  auto backend = backend_create(flags.device);
+  const double copy_gbs = backend->copy_bandwidth(size_t(flags.copy_gib * double(1ull << 30)));
+  std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %s)\n", copy_gbs, backend->name().c_str());
 
   LoadStats stats;
   std::unique_ptr<Checkpoint> checkpoint;
@@ -86,7 +70,7 @@ void run(const BenchFlags& flags) {
       {"model", flags.model_dir.empty() ? flags.config_file : flags.model_dir},
       {"family", mc.family},
       {"layers", mc.num_hidden_layers},
-      {"threads", pool.size()},
+      {"backend", backend->name()},
       {"weights_gb", double(stats.bytes) / 1e9},
       {"bytes_per_decode_token", bytes_per_token},
       {"prefill_tokens_per_s", prefill_tps},
@@ -108,11 +92,11 @@ void run(const BenchFlags& flags) {
 
 void register_bench(CLI::App& app, Actions& actions) {
   auto flags = std::make_shared<BenchFlags>();
-  CLI::App* sub = app.add_subcommand("bench", "measure CPU decode speed against the machine's copy bandwidth");
+  CLI::App* sub = app.add_subcommand("bench", "measure decode speed against the device's copy bandwidth");
   sub->add_option("--model", flags->model_dir, "model folder to benchmark");
   sub->add_option("--config", flags->config_file, "config.json to build with random weights (no files needed)");
   sub->add_option("--layers", flags->layers, "with --config: keep only this many layers (0 = all)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--threads", flags->threads, "CPU threads (0 = one per core)")->check(CLI::NonNegativeNumber);
+  flags->device.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);

@@ -106,7 +106,7 @@ void run(const GenerateFlags& flags) {
 
 void register_generate(CLI::App& app, Actions& actions) {
   auto flags = std::make_shared<GenerateFlags>();
-  CLI::App* sub = app.add_subcommand("generate", "generate tokens for one prompt on the CPU backend");
+  CLI::App* sub = app.add_subcommand("generate", "generate tokens for one prompt (--device cpu or cuda)");
   flags->model.add_to(*sub);
   sub->add_option("--prompt-ids", flags->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   sub->add_option("--prompt", flags->prompt, "prompt text (tokenized with the model's tokenizer)");

@@ -16,8 +16,11 @@ using Actions = std::map<const CLI::App*, std::function<void()>>;
 void register_generate(CLI::App& app, Actions& actions);
 void register_inspect(CLI::App& app, Actions& actions);
 void register_bench(CLI::App& app, Actions& actions);
+void register_tokenize(CLI::App& app, Actions& actions);
+void register_chat_template(CLI::App& app, Actions& actions);
 void register_pack(CLI::App& app, Actions& actions);
 void register_dequant(CLI::App& app, Actions& actions);
 void register_quantize_report(CLI::App& app, Actions& actions);
+void register_serve(CLI::App& app, Actions& actions);
 
 }  // namespace moet::cli

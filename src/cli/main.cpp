@@ -21,9 +21,12 @@ int main(int argc, char** argv) {
   moet::cli::register_generate(app, actions);
   moet::cli::register_inspect(app, actions);
   moet::cli::register_bench(app, actions);
+  moet::cli::register_tokenize(app, actions);
+  moet::cli::register_chat_template(app, actions);
   moet::cli::register_pack(app, actions);
   moet::cli::register_dequant(app, actions);
   moet::cli::register_quantize_report(app, actions);
+  moet::cli::register_serve(app, actions);
 
   try {
     app.parse(argc, argv);

@@ -1,8 +1,11 @@
-// Flags shared by the subcommands that load a model (--model, --threads) and the code that
-// opens the checkpoint and builds the backend from them.
+// Flags shared by the subcommands that load a model: where it runs (--device cpu|cuda, CPU
+// threads, the GPU memory budget) and which folder it comes from (--model), plus the code that
+// builds the backend and opens the checkpoint from them. The CUDA backend is reached through a
+// plain C++ factory (backend/cuda/cuda_backend.h), so no CUDA header is included here.
 #pragma once
 
 #include "backend/backend.h"
+#include "cli/expert_options.h"
 #include "io/checkpoint.h"
 #include "models/model.h"
 
@@ -13,9 +16,22 @@
 
 namespace moet::cli {
 
+struct DeviceOptions {
+  std::string device = "cpu";
+  int threads = 0;
+  double gpu_memory_utilization = 0.9;
+  double gpu_memory_limit_gib = 0.0;
+
+  void add_to(CLI::App& sub);
+};
+
+// The backend the options name; fails with a one-line message for cuda in a CPU-only build.
+std::unique_ptr<Backend> backend_create(const DeviceOptions& options);
+
 struct ModelOptions {
   std::string model_dir;
-  int threads = 0;
+  DeviceOptions device;
+  ExpertOptions experts;
 
   void add_to(CLI::App& sub);
 };

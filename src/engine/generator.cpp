@@ -69,7 +69,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
       const int64_t pos = int64_t(tokens.size()) - 1;
       logits = run_rows(model, cache, table, tokens, pos, pos + 1, true);
     }
-    const int32_t next = sampler.sample(logits.data(), config.vocab_size);
+    const int32_t next = sampler.sample(logits.data(), config.vocab_size).token;
     tokens.push_back(next);
     result.output_ids.push_back(next);
     if (on_token) on_token(next);

@@ -1,9 +1,15 @@
-// Token sampling from one row of logits: greedy (temperature 0) or temperature + top-k + top-p
-// with a seeded generator, so a given seed reproduces the same tokens.
+// Token sampling from one row of logits. Processing order (as vLLM): logit_bias, then penalties
+// (repetition over prompt + output, presence and frequency over the output), then greedy
+// (temperature 0) or temperature -> top-k -> top-p -> min-p truncation and one draw from a
+// generator seeded per request, so a given seed reproduces the same tokens regardless of which
+// other requests share the batch. Logprobs are those of the raw model distribution
+// (log_softmax of the unprocessed logits), as vLLM and OpenAI report them.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace moet {
@@ -13,16 +19,43 @@ struct SamplingParams {
   float top_p = 1.0f;
   int64_t top_k = 0;         // 0 = all
   uint64_t seed = 0;
+  float min_p = 0.0f;               // drop tokens with p < min_p * p_max
+  float repetition_penalty = 1.0f;  // > 1 discourages tokens seen in prompt or output
+  float presence_penalty = 0.0f;    // subtracted once per token present in the output
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
+  std::unordered_map<int32_t, float> logit_bias;
+  int64_t logprobs = -1;            // -1: none; else top alternatives to return (0..20)
+
+  // Throws moet::Error naming the first out-of-range field; vocab checks logit_bias ids.
+  void validate(int64_t vocab) const;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;                // of the chosen token (when logprobs >= 0)
+  std::vector<TokenLogprob> top;       // the `logprobs` most likely tokens, best first
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  int32_t sample(const float* logits, int64_t vocab);
+  // `prompt` and `output` are the request's tokens so far (for the penalties).
+  SampleResult sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
+                      std::span<const int32_t> output = {});
 
  private:
+  void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);
+  int32_t draw();
+  void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::vector<float> work_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;
 };

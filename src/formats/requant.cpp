@@ -56,6 +56,8 @@ ZeroMode zero_mode_resolve(ZeroMode mode, const ZeroCounts& zeros) {
 void source_for_each_row(const SourceView& source, ThreadPool& pool,
                          const std::function<void(const double*, const int*, int64_t)>& row_fn) {
   source_validate(source);
+  MOET_CHECK(source.cols % kMxBlock == 0, "tensor {}: K = {} is not a multiple of {}", source.name,
+             source.cols, kMxBlock);
   const int64_t K = source.cols;
   std::atomic<int64_t> nan_row{-1};
   pool.parallel_for(size_t(source.rows), [&](size_t begin, size_t end) {

@@ -52,7 +52,11 @@ const char* source_format_name(SourceFormat format) {
 
 void source_validate(const SourceView& v) {
   MOET_CHECK(v.data != nullptr && v.rows > 0 && v.cols > 0, "tensor {}: empty source view", v.name);
-  MOET_CHECK(v.cols % 32 == 0, "tensor {}: K = {} is not a multiple of 32", v.name, v.cols);
+  // Packed FP4 sources come in blocks along K; the plain and FP8 ones decode at any K (dense
+  // attention weights such as a [192, 48] q_b_proj). Quantizing to a block-of-32 format checks
+  // K itself (source_for_each_row).
+  if (v.format == SourceFormat::nvfp4 || v.format == SourceFormat::mxfp4)
+    MOET_CHECK(v.cols % 32 == 0, "tensor {}: K = {} is not a multiple of 32", v.name, v.cols);
   switch (v.format) {
     case SourceFormat::fp8_block:
       MOET_CHECK(v.scales && (v.scales_dtype == DType::f32 || v.scales_dtype == DType::bf16),

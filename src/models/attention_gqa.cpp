@@ -51,11 +51,11 @@ class GqaAttention final : public AttentionBlock {
       b.rmsnorm(q, q_norm_, eps_, q);
       b.rmsnorm(k, k_norm_, eps_, k);
     }
-    b.rope(rope_, q, heads_, head_dim_, 0, ctx.batch.positions);
-    b.rope(rope_, k, kv_heads_, head_dim_, 0, ctx.batch.positions);
-    b.kv_write(cache, k, &v, ctx.batch.slots);
+    b.rope(rope_, q, heads_, head_dim_, 0);
+    b.rope(rope_, k, kv_heads_, head_dim_, 0);
+    b.kv_write(cache, k, &v);
     Tensor attn = b.alloc({rows, heads_ * head_dim_});
-    b.attention(cache, ctx.rows, q, heads_, head_dim_, scale_, attn);
+    b.attention(cache, q, heads_, head_dim_, scale_, attn);
     b.matmul(attn, o_, &o_bias_, out);
   }
 

@@ -59,15 +59,15 @@ class MlaAttention final : public AttentionBlock {
     b.copy_columns(kv, row, 0, latent, rank_, 0, rows, rank_);
     b.rmsnorm(latent, kv_a_norm_, eps_, latent);
     b.copy_columns(latent, rank_, 0, kv, row, 0, rows, rank_);
-    b.rope(rope_, kv, 1, row, rank_, ctx.batch.positions);
-    b.rope(rope_, q, heads_, qk, nope_, ctx.batch.positions);
-    b.kv_write(cache, kv, nullptr, ctx.batch.slots);
+    b.rope(rope_, kv, 1, row, rank_);
+    b.rope(rope_, q, heads_, qk, nope_);
+    b.kv_write(cache, kv, nullptr);
 
     Tensor q_full = b.alloc({rows, heads_, row});
     b.head_matmul(q, heads_, qk, w_uk_t_, q_full, row);
     b.copy_columns(q, qk, nope_, q_full, row, rank_, rows * heads_, rope_dim_);
     Tensor o_latent = b.alloc({rows, heads_, rank_});
-    b.attention(cache, ctx.rows, q_full, heads_, row, scale_, o_latent);
+    b.attention(cache, q_full, heads_, row, scale_, o_latent);
     Tensor o_heads = b.alloc({rows, heads_ * v_dim_});
     b.head_matmul(o_latent, heads_, rank_, w_uv_, o_heads, v_dim_);
     b.matmul(o_heads, o_, &o_bias_, out);

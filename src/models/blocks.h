@@ -13,11 +13,10 @@
 
 namespace moet {
 
-// Everything a block needs during a forward besides its own weights.
+// Everything a block needs during a forward besides its own weights (the step's per-row
+// inputs were handed to the backend with begin_step()).
 struct StepContext {
   Backend& backend;
-  const ForwardBatch& batch;
-  AttentionRows rows;
 };
 
 class AttentionBlock {

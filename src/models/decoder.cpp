@@ -41,11 +41,13 @@ std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cac
              "malformed forward batch");
   for (int64_t slot : batch.slots)
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
-  StepContext ctx{backend_, batch, {batch.positions.data(), batch.row_seq.data(), batch.block_tables.data()}};
+  backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
+                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size});
+  StepContext ctx{backend_};
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
-  backend_.embedding(embed_, batch.tokens, residual);
+  backend_.embedding(embed_, residual);
   for (size_t l = 0; l < layers_.size(); ++l) {
     DecoderLayer& layer = layers_[l];
     backend_.rmsnorm(residual, layer.input_norm, float(config_.rms_norm_eps), normed);

@@ -40,11 +40,9 @@ class Moe final : public FfnBlock {
       bias_ = loader.weight_f32(p + "gate.e_score_correction_bias", {experts});
       params_.correction_bias = bias_.as<float>();
     }
-    for (int64_t e = 0; e < experts; ++e) {
-      const auto names = c.expert_tensor_names(layer, e);
-      experts_.push_back({loader.stacked(names.gate, names.up, {inner, hidden}),
-                          loader.weight(names.down, {hidden, inner})});
-    }
+    std::vector<ExpertWeights> weights;
+    for (int64_t e = 0; e < experts; ++e) weights.push_back(loader.expert(layer, e));
+    experts_ = loader.backend().expert_set(std::move(weights));
     if (c.n_shared_experts > 0)
       shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts);
   }
@@ -67,7 +65,7 @@ class Moe final : public FfnBlock {
   int64_t top_k_;
   Tensor router_, bias_;
   RouterParams params_{};
-  std::vector<ExpertWeights> experts_;
+  ExpertSet experts_;
   std::unique_ptr<FfnBlock> shared_;
 };
 

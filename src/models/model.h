@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "models/expert_loader.h"
 
 #include <cstdint>
 #include <memory>
@@ -41,9 +42,11 @@ class Model {
 };
 
 struct LoadStats;
-std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats = nullptr);
+// Routed experts are stored as options.experts says (w2 unless told; see expert_loader.h).
+std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats = nullptr,
+                                  const ModelLoadOptions& options = {});
 // A model of the shapes `config` describes with invented weights (benchmarks, --load-format dummy).
 std::unique_ptr<Model> model_load_random(const nlohmann::json& config, Backend& backend, uint64_t seed,
-                                         LoadStats* stats = nullptr);
+                                         LoadStats* stats = nullptr, const ModelLoadOptions& options = {});
 
 }  // namespace moet

@@ -36,12 +36,14 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
   return model;
 }
 
-std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats) {
+std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats,
+                                  const ModelLoadOptions& options) {
   const ModelConfig config = model_config_parse(checkpoint.config());
-  MOET_LOG_INFO("loading {} ({} layers, {} experts top-{}) from {} on {}", config.family,
+  MOET_LOG_INFO("loading {} ({} layers, {} experts top-{}, experts as {}) from {} on {}", config.family,
                 config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok,
-                checkpoint.dir().string(), backend.name());
+                expert_mode_name(options.experts), checkpoint.dir().string(), backend.name());
   WeightLoader loader(checkpoint, backend);
+  loader.set_experts(std::make_unique<ExpertLoader>(&checkpoint, config, options));
   auto model = decoder_build(arch_for(config.family), config, loader, backend);
   loader.report_unused();
   if (stats) *stats = loader.stats();
@@ -49,11 +51,13 @@ std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend
 }
 
 std::unique_ptr<Model> model_load_random(const nlohmann::json& config_json, Backend& backend, uint64_t seed,
-                                         LoadStats* stats) {
+                                         LoadStats* stats, const ModelLoadOptions& options) {
   const ModelConfig config = model_config_parse(config_json);
-  MOET_LOG_INFO("building {} with random weights ({} layers, {} experts top-{}) on {}", config.family,
-                config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok, backend.name());
+  MOET_LOG_INFO("building {} with random weights ({} layers, {} experts top-{}, experts as {}) on {}", config.family,
+                config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok,
+                expert_mode_name(options.experts), backend.name());
   WeightLoader loader = WeightLoader::random(backend, seed);
+  loader.set_experts(std::make_unique<ExpertLoader>(nullptr, config, options));
   auto model = decoder_build(arch_for(config.family), config, loader, backend);
   if (stats) *stats = loader.stats();
   return model;

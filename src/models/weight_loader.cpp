@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/checkpoint_formats.h"
+#include "io/pack_source.h"
 
 #include <fmt/ranges.h>
 
@@ -43,11 +45,41 @@ const TensorInfo& WeightLoader::invent(const std::string& name, const std::vecto
   return invented_.back().first;
 }
 
+bool WeightLoader::is_plain_float(const std::string& name) const {
+  if (checkpoint_ == nullptr) return true;
+  const TensorInfo* found = checkpoint_->find(name);
+  return found == nullptr || found->dtype == DType::bf16 || found->dtype == DType::f16 || found->dtype == DType::f32;
+}
+
+void WeightLoader::mark_used_family(const std::string& name) {
+  const std::string stem = ends_with(name, ".weight") ? name.substr(0, name.size() - 6) : name;
+  for (const auto& candidate : checkpoint_->names())
+    if (candidate == name || (candidate.rfind(stem, 0) == 0 && candidate.find('.', stem.size()) == std::string::npos))
+      used_.insert(candidate);
+}
+
+const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vector<int64_t>& shape) {
+  const SourceView view = checkpoint_source_view(*checkpoint_, name);
+  MOET_CHECK(shape.size() == 2 && view.rows == shape[0] && view.cols == shape[1],
+             "tensor '{}' decodes to [{}, {}] but the config implies [{}]", name, view.rows, view.cols,
+             fmt::join(shape, ", "));
+  const std::vector<double> values = source_dequant(view);
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  auto* out = reinterpret_cast<float*>(bytes.data());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = float(values[i]);
+  mark_used_family(name);
+  if (invented_.size() >= 2) invented_.pop_front();
+  invented_.emplace_back(TensorInfo{name, DType::f32, shape, nullptr, bytes.size(), "(decoded)"}, std::move(bytes));
+  invented_.back().first.data = invented_.back().second.data();
+  return invented_.back().first;
+}
+
 const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {
   if (checkpoint_ == nullptr) return invent(name, shape);
   const TensorInfo* found = checkpoint_->find(name);
   MOET_CHECK(found != nullptr, "{}: tensor '{}' is missing from the checkpoint",
              checkpoint_->dir().string(), name);
+  if (!is_plain_float(name)) return decoded(name, shape);
   MOET_CHECK(found->shape == shape, "tensor '{}' in {} has shape {} but the config implies [{}]", name,
              found->file, found->shape_text(), fmt::join(shape, ", "));
   used_.insert(name);

@@ -1,12 +1,15 @@
 // Reads a model's weights into backend memory, checking each tensor's shape against what the
 // config implies (errors name the tensor and both shapes), and remembering which tensors were
 // used so that the rest can be reported (unused ones, such as the MTP layer at index
-// num_hidden_layers, are skipped with a debug log). A loader made by random() instead invents
+// num_hidden_layers, are skipped with a debug log). Dense weights stored quantized (FP8 with
+// 128x128 block scales, NVFP4, MXFP4) are decoded exactly to F32 at load; routed experts go
+// through the ExpertLoader (--experts native|w2|fp4). A loader made by random() instead invents
 // every tensor (BF16, N(0, 0.02); norm weights 1) for benchmarks of full-size shapes without files.
 #pragma once
 
 #include "backend/backend.h"
 #include "io/checkpoint.h"
+#include "models/expert_loader.h"
 
 #include <cstdint>
 #include <deque>
@@ -27,6 +30,14 @@ class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(&checkpoint), backend_(backend) {}
   static WeightLoader random(Backend& backend, uint64_t seed);
+  // Routed experts come from this loader (set once the config is known).
+  void set_experts(std::unique_ptr<ExpertLoader> experts) { experts_ = std::move(experts); }
+  ExpertWeights expert(int64_t layer, int64_t expert) { return experts_->load(*this, layer, expert); }
+  const Checkpoint* checkpoint() const { return checkpoint_; }
+  // True when `name` is stored as BF16/F16/F32 (or invented): loadable without decoding.
+  bool is_plain_float(const std::string& name) const;
+  // Marks `name` and its companions (X.weight_scale_inv, X.weight_scale, ... for X.weight) used.
+  void mark_used_family(const std::string& name);
 
   const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape);
   bool has(const std::string& name) const;
@@ -43,6 +54,8 @@ class WeightLoader {
   WeightLoader(Backend& backend, uint64_t seed) : checkpoint_(nullptr), backend_(backend), rng_(seed) {}
   const TensorInfo& invent(const std::string& name, const std::vector<int64_t>& shape);
   Tensor counted(const std::string& name, Tensor tensor);
+  // A quantized checkpoint tensor decoded exactly to F32 (kept alive like invented ones).
+  const TensorInfo& decoded(const std::string& name, const std::vector<int64_t>& shape);
 
   const Checkpoint* checkpoint_;  // null for random weights
   Backend& backend_;
@@ -50,6 +63,7 @@ class WeightLoader {
   LoadStats stats_;
   std::mt19937_64 rng_;
   std::deque<std::pair<TensorInfo, std::vector<uint8_t>>> invented_;  // the last two, kept alive
+  std::unique_ptr<ExpertLoader> experts_;
 };
 
 }  // namespace moet

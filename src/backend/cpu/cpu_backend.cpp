@@ -4,7 +4,9 @@
 #include "core/error.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/w2_matmul.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,7 +31,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return fmt::format("cpu ({} threads)", pool_.size()); }
 
   Tensor upload(const TensorInfo& info) override {
-    if (info.dtype == DType::bf16 || info.dtype == DType::f32) {
+    if (info.dtype == DType::bf16 || info.dtype == DType::f32 || info.dtype == DType::u8) {
       Tensor t = host_tensor(info.dtype, info.shape);
       std::memcpy(t.data, info.data, info.bytes);
       return t;
@@ -93,17 +95,23 @@ class CpuBackend final : public Backend {
     return cache;
   }
 
-  void to_host(const Tensor& src, float* dst) override { std::memcpy(dst, src.data, src.bytes()); }
-  void from_host(const float* src, Tensor& dst) override { std::memcpy(dst.data, src, dst.bytes()); }
+  void to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.bytes()); }
+  void from_host(const void* src, Tensor& dst) override { std::memcpy(dst.data, src, dst.bytes()); }
+  ExpertSet expert_set(std::vector<ExpertWeights> experts) override { return {std::move(experts), {}}; }
+  double copy_bandwidth(size_t bytes) override;
 
-  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
-    const int64_t vocab = table.dim(0), dim = table.dim(1);
-    for (int32_t id : ids) MOET_CHECK(id >= 0 && id < vocab, "token id {} outside the vocabulary [0, {})", id, vocab);
+  void begin_step(const StepInputs& step) override { step_ = step; }
+
+  void embedding(const Tensor& table, Tensor& out) override {
+    const int64_t vocab = table.dim(0), dim = table.dim(1), rows = step_.rows;
+    const int32_t* ids = step_.tokens;
+    for (int64_t t = 0; t < rows; ++t)
+      MOET_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} outside the vocabulary [0, {})", ids[t], vocab);
     if (table.dtype == DType::bf16) {
-      embedding_bf16(ids.data(), int64_t(ids.size()), table.as<uint16_t>(), dim, out.as<float>());
+      embedding_bf16(ids, rows, table.as<uint16_t>(), dim, out.as<float>());
     } else {
-      for (size_t t = 0; t < ids.size(); ++t)
-        std::memcpy(out.as<float>() + int64_t(t) * dim, table.as<float>() + int64_t(ids[t]) * dim, sizeof(float) * size_t(dim));
+      for (int64_t t = 0; t < rows; ++t)
+        std::memcpy(out.as<float>() + t * dim, table.as<float>() + int64_t(ids[t]) * dim, sizeof(float) * size_t(dim));
     }
   }
 
@@ -130,18 +138,17 @@ class CpuBackend final : public Backend {
     moet::silu_mul(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>());
   }
 
-  void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset,
-            const std::vector<int32_t>& positions) override {
-    rope_apply(table, x.as<float>(), int64_t(positions.size()), heads, x.numel() / int64_t(positions.size()),
-               head_stride, offset, positions.data());
+  void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
+    rope_apply(table, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset, step_.positions);
   }
 
-  void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v, const std::vector<int64_t>& slots) override {
-    kv_cache_write(cache.view, k.as<float>(), v ? v->as<float>() : nullptr, int64_t(slots.size()), slots.data());
+  void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {
+    kv_cache_write(cache.view, k.as<float>(), v ? v->as<float>() : nullptr, step_.rows, step_.slots);
   }
 
-  void attention(KvLayerCache& cache, const AttentionRows& rows, const Tensor& q, int64_t q_heads,
-                 int64_t q_stride, float scale, Tensor& out) override {
+  void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
+                 Tensor& out) override {
+    const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
     attention_paged(cache.view, rows, q.as<float>(), q.numel() / (q_heads * q_stride), q_heads,
                     q_stride, scale, out.as<float>(), pool_);
   }
@@ -150,7 +157,7 @@ class CpuBackend final : public Backend {
     router_topk(params, logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>());
   }
 
-  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& expert_ids,
+  void moe_experts(const Tensor& x, const ExpertSet& experts, const Tensor& expert_ids,
                    const Tensor& weights, Tensor& out) override;
 
   void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
@@ -164,11 +171,37 @@ class CpuBackend final : public Backend {
                    int64_t y_stride) override;
 
  private:
+  // y = x @ W^T for one expert matrix in any ExpertFormat.
+  void expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales, Tensor& y);
+
   ThreadPool pool_;
+  StepInputs step_;
 };
 
-void CpuBackend::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts,
-                             const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
+// Best-of-5 multi-threaded copy; GB/s counting read + write.
+double CpuBackend::copy_bandwidth(size_t bytes) {
+  std::unique_ptr<uint8_t[]> src(new uint8_t[bytes]), dst(new uint8_t[bytes]);
+  pool_.parallel_for(bytes, [&](size_t b, size_t e) { std::memset(src.get() + b, 1, e - b); std::memset(dst.get() + b, 0, e - b); }, 1 << 20);
+  double best = 0.0;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    pool_.parallel_for(bytes, [&](size_t b, size_t e) { std::memcpy(dst.get() + b, src.get() + b, e - b); }, 1 << 20);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * double(bytes) / seconds / 1e9);
+  }
+  return best;
+}
+
+void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales,
+                               Tensor& y) {
+  if (format == ExpertFormat::dense) return matmul(x, w, nullptr, y);
+  auto run = format == ExpertFormat::w2 ? matmul_w2 : matmul_fp4;
+  run(x.as<float>(), x.rows(), x.cols(), w.as<uint8_t>(), scales.as<uint8_t>(), w.dim(0), y.as<float>(), pool_);
+}
+
+void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids,
+                             const Tensor& weights, Tensor& out) {
+  const std::vector<ExpertWeights>& experts = set.experts;
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   std::vector<std::vector<int64_t>> routed(experts.size());  // flat (row * top_k + slot) per expert
   for (int64_t i = 0; i < rows * top_k; ++i) routed[size_t(expert_ids.as<int32_t>()[i])].push_back(i);
@@ -177,15 +210,15 @@ void CpuBackend::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& 
     const auto& items = routed[e];
     if (items.empty()) continue;
     const int64_t count = int64_t(items.size());
-    const int64_t inner = experts[e].down.dim(1);
+    const int64_t inner = experts[e].inner();
     Tensor gathered = alloc({count, hidden}), gate_up = alloc({count, 2 * inner});
     Tensor act = alloc({count, inner}), result = alloc({count, hidden});
     for (int64_t j = 0; j < count; ++j)
       std::memcpy(gathered.as<float>() + j * hidden, x.as<float>() + (items[size_t(j)] / top_k) * hidden,
                   sizeof(float) * size_t(hidden));
-    matmul(gathered, experts[e].gate_up, nullptr, gate_up);
+    expert_matmul(gathered, experts[e].format, experts[e].gate_up, experts[e].gate_up_scales, gate_up);
     silu_mul(gate_up, act);
-    matmul(act, experts[e].down, nullptr, result);
+    expert_matmul(act, experts[e].format, experts[e].down, experts[e].down_scales, result);
     for (int64_t j = 0; j < count; ++j) {
       const float w = weights.as<float>()[items[size_t(j)]];
       float* dst = out.as<float>() + (items[size_t(j)] / top_k) * hidden;

@@ -15,10 +15,9 @@ def golden(name):
     return json.loads((FIXTURES / name / "golden.json").read_text())
 
 
-def generate(run_moet, model, ids, *extra):
-    result = run_moet("generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
-                      "--json", *extra)
-    return result
+def generate(run_moet, model, ids, *extra, experts="native"):
+    return run_moet("generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+                    "--json", "--experts", experts, *extra)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -30,6 +29,45 @@ def test_greedy_matches_transformers(run_moet, name):
     assert out["output_ids"] == g["greedy_ids"]
     assert out["prompt_ids"] == g["prompt_ids"]
     assert out["prefill_tokens_per_s"] > 0 and out["decode_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_w2_experts_match_the_w2_golden(run_moet, name):
+    g = json.loads((FIXTURES / name / "golden_w2.json").read_text())
+    result = run_moet("generate", "--model", FIXTURES / name, "--prompt-ids", ",".join(map(str, g["prompt_ids"])),
+                      "--max-tokens", len(g["greedy_ids"]), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["output_ids"] == g["greedy_ids"]
+
+
+def test_pack_dir_is_built_once_then_reused_and_rebuilt_when_stale(run_moet, tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(FIXTURES / "qwen3_moe_nvfp4", model)
+    packs = tmp_path / "packs"
+    g = json.loads((model / "golden_w2.json").read_text())
+    ids = ",".join(map(str, g["prompt_ids"]))
+
+    def run():
+        return run_moet("--log-level", "info", "generate", "--model", model, "--prompt-ids", ids, "--json",
+                        "--max-tokens", 4, "--pack-dir", packs)
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "reusing" not in first.stderr
+    assert list(packs.glob("*.pack")), "no pack written"
+    second = run()
+    assert second.returncode == 0, second.stderr
+    assert "reusing w2 pack" in second.stderr
+    assert json.loads(first.stdout)["output_ids"] == json.loads(second.stdout)["output_ids"]
+    # the pack holds exactly the W2 bytes quantized at load: the output is the W2 golden's
+    assert g.get("robust", True)
+    assert json.loads(second.stdout)["output_ids"] == g["greedy_ids"][:4]
+    config = json.loads((model / "config.json").read_text())
+    config["rms_norm_eps"] = 1e-5  # changes the checkpoint identity
+    (model / "config.json").write_text(json.dumps(config))
+    third = run()
+    assert third.returncode == 0, third.stderr
+    assert "reusing" not in third.stderr and "stale" in third.stderr.lower()
 
 
 def test_kimi_k2_model_type_runs_as_deepseek_v3(run_moet, tmp_path):

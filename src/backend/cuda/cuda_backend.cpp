@@ -1,0 +1,421 @@
+// The CUDA backend: every Backend op on one stream of one GPU, through kernels/cuda. Weights and
+// activations live in a caching allocator under the memory budget (device_memory.h); host
+// copies go through pinned staging buffers (two for uploads, so the memcpy into one overlaps the
+// DMA out of the other); the per-step inputs are packed into one pinned buffer and uploaded in
+// one copy by begin_step(). Nothing synchronises with the host except to_host(), the copy
+// bandwidth measurement and memory-budget releases. Set MOET_CUDA_SYNC=1 to synchronise and check
+// after every op (locates a faulting kernel).
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
+#include "core/error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/router.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace moet {
+namespace {
+
+using namespace moet::cuda;
+
+// A page-locked host buffer and the event of the last copy that used it.
+struct PinnedBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t done = nullptr;
+
+  void reserve(size_t want) {
+    if (want <= bytes) return;
+    wait();
+    if (data) cudaFreeHost(data);
+    bytes = std::max(want, bytes * 2);
+    cuda_check(cudaMallocHost(&data, bytes), "cudaMallocHost");
+  }
+  void wait() const {
+    if (done) cuda_check(cudaEventSynchronize(done), "waiting for a staging copy");
+  }
+  ~PinnedBuffer() {
+    if (data) cudaFreeHost(data);
+    if (done) cudaEventDestroy(done);
+  }
+};
+
+constexpr size_t kStagingBytes = size_t(32) << 20;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : memory_(budget_for(options)) {
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (PinnedBuffer* buffer : {&staging_[0], &staging_[1], &step_staging_}) {
+      cuda_check(cudaEventCreateWithFlags(&buffer->done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    staging_[0].reserve(kStagingBytes);
+    staging_[1].reserve(kStagingBytes);
+    const char* sync = std::getenv("MOET_CUDA_SYNC");
+    debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+    cudaDeviceProp prop{};
+    cuda_check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
+    name_ = fmt::format("cuda ({}, sm_{}{}, budget {:.1f} GiB)", prop.name, prop.major, prop.minor,
+                        double(memory_.budget()) / double(size_t(1) << 30));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+
+  Tensor upload(const TensorInfo& info) override {
+    if (info.dtype != DType::bf16 && info.dtype != DType::f32) return upload_f32(info);
+    Tensor t = device_tensor(info.dtype, info.shape);
+    copy_to_device(t.data, info.data, info.bytes);
+    return t;
+  }
+
+  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override {
+    MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 && a.shape[1] == b.shape[1],
+               "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
+    if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+      const std::vector<float> fa = widen(a), fb = widen(b);
+      Tensor t = device_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
+      copy_to_device(t.data, fa.data(), fa.size() * sizeof(float));
+      copy_to_device(static_cast<uint8_t*>(t.data) + fa.size() * sizeof(float), fb.data(), fb.size() * sizeof(float));
+      return t;
+    }
+    Tensor t = device_tensor(a.dtype, {a.shape[0] + b.shape[0], a.shape[1]});
+    copy_to_device(t.data, a.data, a.bytes);
+    copy_to_device(static_cast<uint8_t*>(t.data) + a.bytes, b.data, b.bytes);
+    return t;
+  }
+
+  Tensor upload_f32(const TensorInfo& info) override {
+    const std::vector<float> values = widen(info);
+    Tensor t = device_tensor(DType::f32, info.shape);
+    copy_to_device(t.data, values.data(), values.size() * sizeof(float));
+    return t;
+  }
+
+  Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override {
+    return device_tensor(dtype, std::move(shape));
+  }
+
+  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim, int64_t v_dim,
+                        bool v_aliases_k) override {
+    KvLayerCache cache;
+    const int64_t slots = blocks * block_size, stride = kv_heads * k_dim;
+    cache.k = device_tensor(DType::f32, {slots, stride});
+    cuda_check(cudaMemsetAsync(cache.k.data, 0, cache.k.bytes(), stream_), "clearing the KV cache");
+    if (v_aliases_k) {
+      cache.v = cache.k;
+    } else {
+      MOET_CHECK(k_dim == v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", k_dim, v_dim);
+      cache.v = device_tensor(DType::f32, {slots, stride});
+      cuda_check(cudaMemsetAsync(cache.v.data, 0, cache.v.bytes(), stream_), "clearing the KV cache");
+    }
+    cache.view = {cache.k.as<float>(), cache.v.as<float>(), block_size, kv_heads, k_dim, v_dim, stride};
+    return cache;
+  }
+
+  void to_host(const Tensor& src, void* dst) override {
+    const size_t bytes = src.bytes();
+    for (size_t done = 0; done < bytes; done += kStagingBytes) {
+      const size_t chunk = std::min(kStagingBytes, bytes - done);
+      cuda_check(cudaMemcpyAsync(staging_[0].data, static_cast<const uint8_t*>(src.data) + done, chunk,
+                                 cudaMemcpyDeviceToHost, stream_), "device-to-host copy");
+      cuda_check(cudaStreamSynchronize(stream_), "device-to-host copy");
+      std::memcpy(static_cast<uint8_t*>(dst) + done, staging_[0].data, chunk);
+    }
+  }
+
+  void from_host(const void* src, Tensor& dst) override { copy_to_device(dst.data, src, dst.bytes()); }
+
+  ExpertSet expert_set(std::vector<ExpertWeights> experts) override {
+    MOET_CHECK(!experts.empty(), "an MoE layer needs experts");
+    const ExpertWeights& first = experts.front();
+    std::vector<ExpertPointers> pointers;
+    for (const ExpertWeights& e : experts) {
+      MOET_CHECK(e.format == ExpertFormat::dense,
+                 "W2/FP4 experts have no CUDA kernels yet: use dense experts or --device cpu");
+      MOET_CHECK(e.gate_up.dtype == first.gate_up.dtype && e.down.dtype == first.gate_up.dtype &&
+                     e.gate_up.shape == first.gate_up.shape && e.down.shape == first.down.shape,
+                 "the experts of one layer must share dtype and shapes");
+      pointers.push_back({e.gate_up.data, e.down.data});
+    }
+    ExpertSet set{std::move(experts), device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
+    copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+    return set;
+  }
+
+  double copy_bandwidth(size_t bytes) override;
+  void begin_step(const StepInputs& step) override;
+
+  void embedding(const Tensor& table, Tensor& out) override {
+    const int64_t vocab = table.dim(0);
+    for (int64_t t = 0; t < step_.rows; ++t)
+      MOET_CHECK(step_.tokens[t] >= 0 && step_.tokens[t] < vocab, "token id {} outside the vocabulary [0, {})",
+                 step_.tokens[t], vocab);
+    embedding_launch(step_ints(kTokens), step_.rows, table.data, is_bf16(table), table.dim(1), out.as<float>(), stream_);
+    check_launch("embedding");
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    const int64_t dim = weight.numel();
+    rmsnorm_launch(x.as<float>(), x.numel() / dim, dim, weight.as<float>(), eps, out.as<float>(), stream_);
+    check_launch("rmsnorm");
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
+    MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
+               rows, k, n, w.dim(1));
+    const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
+    gemv_launch({x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1}, stream_);
+    check_launch("matmul");
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    add_launch(y.as<float>(), x.as<float>(), y.numel(), stream_);
+    check_launch("add");
+  }
+
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    silu_mul_launch(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>(), stream_);
+    check_launch("silu_mul");
+  }
+
+  void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
+    RopeArgs args{};
+    args.pairs = int(table.inv_freq.size());
+    MOET_CHECK(args.pairs > 0 && args.pairs <= kMaxRopePairs, "rope with {} pairs is not supported on CUDA", args.pairs);
+    std::copy(table.inv_freq.begin(), table.inv_freq.end(), args.inv_freq);
+    args.scale = table.scale;
+    args.interleaved = table.interleaved;
+    rope_launch(args, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset,
+                step_ints(kPositions), stream_);
+    check_launch("rope");
+  }
+
+  void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {
+    kv_write_launch(kv_args(cache), k.as<float>(), v ? v->as<float>() : nullptr, step_slots(), step_.rows, stream_);
+    check_launch("kv_write");
+  }
+
+  void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
+                 Tensor& out) override {
+    const AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
+                             q.as<float>(), q.numel() / (q_heads * q_stride), q_heads, q_stride, scale,
+                             out.as<float>(), max_keys_};
+    MOET_CHECK(attention_shared_bytes(args) <= attention_max_shared_bytes(),
+               "attention over {} keys needs more shared memory than the GPU has", max_keys_);
+    attention_launch(args, stream_);
+    check_launch("attention");
+  }
+
+  void router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override {
+    MOET_CHECK(p.experts <= 1024 && p.top_k <= 64 && p.groups <= 1024, "router shape not supported on CUDA");
+    router_launch({p.experts, p.top_k, p.sigmoid, p.normalize, p.scaling, p.groups, p.top_groups, p.correction_bias},
+                  logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>(), stream_);
+    check_launch("router");
+  }
+
+  void moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
+                   Tensor& out) override;
+
+  void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst, int64_t dst_stride,
+                    int64_t dst_offset, int64_t rows, int64_t width) override {
+    cuda_check(cudaMemcpy2DAsync(dst.as<float>() + dst_offset, size_t(dst_stride) * sizeof(float),
+                                 src.as<float>() + src_offset, size_t(src_stride) * sizeof(float),
+                                 size_t(width) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream_),
+               "copy_columns");
+  }
+
+  void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
+                   int64_t y_stride) override {
+    const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
+    gemv_launch({x.as<float>(), heads * x_stride, x_stride, w.data, is_bf16(w), n * k, nullptr, y.as<float>(),
+                 heads * y_stride, y_stride, rows, n, k, heads}, stream_);
+    check_launch("head_matmul");
+  }
+
+ private:
+  enum StepField { kTokens, kPositions, kRowSeq };
+
+  static size_t budget_for(const CudaBackendOptions& options) {
+    cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
+    size_t free_bytes = 0, total = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+    if (options.memory_limit_gib > 0) return size_t(options.memory_limit_gib * double(size_t(1) << 30));
+    return size_t(options.memory_utilization * double(total));
+  }
+
+  static bool is_bf16(const Tensor& t) {
+    MOET_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CUDA ops take BF16 or F32 weights, not {}",
+               dtype_name(t.dtype));
+    return t.dtype == DType::bf16;
+  }
+
+  static std::vector<float> widen(const TensorInfo& info) {
+    std::vector<float> out(size_t(info.numel()));
+    const auto* half = reinterpret_cast<const uint16_t*>(info.data);
+    switch (info.dtype) {
+      case DType::f32: std::memcpy(out.data(), info.data, info.bytes); break;
+      case DType::bf16: for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(half[i]); break;
+      case DType::f16: for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_float(half[i]); break;
+      default:
+        fail("tensor '{}' ({}): dtype {} is not supported by the CUDA backend yet", info.name, info.file,
+             dtype_name(info.dtype));
+    }
+    return out;
+  }
+
+  Tensor device_tensor(DType dtype, std::vector<int64_t> shape) {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.storage = memory_.allocate(t.bytes());
+    t.data = t.storage.get();
+    return t;
+  }
+
+  // Host -> device through the two staging buffers, alternating; returns before the DMA ends.
+  void copy_to_device(void* dst, const void* src, size_t bytes) {
+    for (size_t done = 0; done < bytes; done += kStagingBytes) {
+      PinnedBuffer& buffer = staging_[next_staging_];
+      next_staging_ ^= 1;
+      const size_t chunk = std::min(kStagingBytes, bytes - done);
+      buffer.wait();
+      std::memcpy(buffer.data, static_cast<const uint8_t*>(src) + done, chunk);
+      cuda_check(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + done, buffer.data, chunk, cudaMemcpyHostToDevice,
+                                 stream_), "host-to-device copy");
+      cuda_check(cudaEventRecord(buffer.done, stream_), "cudaEventRecord");
+    }
+  }
+
+  void check_launch(const char* op) {
+    cuda_check(cudaGetLastError(), op);
+    if (debug_sync_) cuda_check(cudaStreamSynchronize(stream_), op);
+  }
+
+  PagedKvArgs kv_args(KvLayerCache& cache) const {
+    const PagedKv& v = cache.view;
+    return {v.k, v.v, v.block_size, v.kv_heads, v.k_dim, v.v_dim, v.token_stride};
+  }
+
+  const int32_t* step_ints(StepField field) const {
+    return reinterpret_cast<const int32_t*>(step_device_.get()) + int64_t(field) * step_.rows;
+  }
+  const int64_t* step_slots() const {
+    return reinterpret_cast<const int64_t*>(static_cast<const uint8_t*>(step_device_.get()) + slots_offset_);
+  }
+  const int32_t* step_tables() const {
+    return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(step_device_.get()) + tables_offset_);
+  }
+
+  DeviceMemory memory_;
+  cudaStream_t stream_ = nullptr;
+  PinnedBuffer staging_[2];
+  int next_staging_ = 0;
+  PinnedBuffer step_staging_;
+  std::shared_ptr<void> step_device_;
+  size_t step_device_bytes_ = 0;
+  StepInputs step_;
+  size_t slots_offset_ = 0, tables_offset_ = 0;
+  int64_t table_stride_ = 0, max_keys_ = 0;
+  bool debug_sync_ = false;
+  std::string name_;
+};
+
+// Packs tokens, positions, row_seq (int32 [rows] each), slots (int64 [rows]) and the block tables
+// (int32 [sequences, table_stride], as many blocks as the step's largest position needs) into one
+// pinned buffer and uploads it in one copy.
+void CudaBackend::begin_step(const StepInputs& step) {
+  MOET_CHECK(step.rows > 0 && step.block_size > 0, "malformed step inputs");
+  step_ = step;
+  max_keys_ = 0;
+  for (int64_t t = 0; t < step.rows; ++t) max_keys_ = std::max<int64_t>(max_keys_, int64_t(step.positions[t]) + 1);
+  table_stride_ = (max_keys_ + step.block_size - 1) / step.block_size;
+  slots_offset_ = (size_t(3 * step.rows) * sizeof(int32_t) + 7) / 8 * 8;
+  tables_offset_ = slots_offset_ + size_t(step.rows) * sizeof(int64_t);
+  const size_t bytes = tables_offset_ + size_t(step.sequences * table_stride_) * sizeof(int32_t);
+  step_staging_.reserve(bytes);
+  step_staging_.wait();
+  auto* ints = static_cast<int32_t*>(step_staging_.data);
+  std::memcpy(ints, step.tokens, size_t(step.rows) * sizeof(int32_t));
+  std::memcpy(ints + step.rows, step.positions, size_t(step.rows) * sizeof(int32_t));
+  std::memcpy(ints + 2 * step.rows, step.row_seq, size_t(step.rows) * sizeof(int32_t));
+  auto* base = static_cast<uint8_t*>(step_staging_.data);
+  std::memcpy(base + slots_offset_, step.slots, size_t(step.rows) * sizeof(int64_t));
+  auto* tables = reinterpret_cast<int32_t*>(base + tables_offset_);
+  for (int64_t s = 0; s < step.sequences; ++s)
+    std::memcpy(tables + s * table_stride_, step.block_tables[s], size_t(table_stride_) * sizeof(int32_t));
+  if (bytes > step_device_bytes_) {
+    step_device_bytes_ = std::max(bytes, size_t(4096));
+    step_device_ = memory_.allocate(step_device_bytes_);
+  }
+  cuda_check(cudaMemcpyAsync(step_device_.get(), step_staging_.data, bytes, cudaMemcpyHostToDevice, stream_),
+             "uploading the step inputs");
+  cuda_check(cudaEventRecord(step_staging_.done, stream_), "cudaEventRecord");
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
+                              Tensor& out) {
+  const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
+  const int64_t experts = int64_t(set.experts.size()), inner = set.experts.front().down.dim(1);
+  const int64_t items = rows * top_k;
+  Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
+  Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({1}, DType::i32);
+  Tensor act = alloc({items, inner}), item_out = alloc({items, hidden});
+  const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
+                     static_cast<const ExpertPointers*>(set.table.data), is_bf16(set.experts.front().gate_up),
+                     rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
+                     ranges.as<int32_t>(), count.as<int32_t>(), act.as<float>(), item_out.as<float>(),
+                     out.as<float>()};
+  moe_launch(args, stream_);
+  check_launch("moe_experts");
+}
+
+// Best of 5 device-to-device copies of `bytes` bytes, timed with events; read + write counted.
+double CudaBackend::copy_bandwidth(size_t bytes) {
+  const std::shared_ptr<void> src = memory_.allocate(bytes), dst = memory_.allocate(bytes);
+  cuda_check(cudaMemsetAsync(src.get(), 1, bytes, stream_), "cudaMemset");
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  double best = 0.0;
+  for (int round = 0; round < 6; ++round) {
+    cuda_check(cudaEventRecord(start, stream_), "cudaEventRecord");
+    cuda_check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy");
+    cuda_check(cudaEventRecord(stop, stream_), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (round > 0) best = std::max(best, 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9);  // round 0 warms up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> cuda_backend_create(const CudaBackendOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    fail("--device cuda: no CUDA GPU is visible (driver missing or no device)");
+  }
+  MOET_CHECK(options.device >= 0 && options.device < count, "CUDA device {} does not exist ({} visible)",
+             options.device, count);
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace moet

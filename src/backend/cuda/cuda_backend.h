@@ -1,0 +1,21 @@
+// The CUDA backend's factory, in plain C++ (no CUDA headers), so the CLI and tests can create it
+// without including CUDA. Only built when nvcc is found (MOET_HAVE_CUDA is then defined for
+// everything that links moet_backend_cuda).
+#pragma once
+
+#include "backend/backend.h"
+
+#include <memory>
+
+namespace moet {
+
+struct CudaBackendOptions {
+  int device = 0;
+  double memory_utilization = 0.9;  // fraction of the card's memory moet may take
+  double memory_limit_gib = 0.0;    // > 0: an absolute cap instead (a large card standing in for a small one)
+};
+
+// Throws moet::Error when no usable GPU is present.
+std::unique_ptr<Backend> cuda_backend_create(const CudaBackendOptions& options);
+
+}  // namespace moet

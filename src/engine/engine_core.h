@@ -1,0 +1,83 @@
+// EngineCore: continuous batching over one Model, synchronous. add() queues a request, step() runs
+// one scheduler plan through Model::forward (prefill chunks and decode rows of many requests in one
+// batch), samples the rows that reached their last known token, and reports a RequestOutput delta
+// per request through its callback (detokenized, stop strings and stop ids applied, max_tokens and
+// max_model_len enforced). Requests finish with "stop", "length" or "abort"; their KV blocks go
+// back to the pool (full blocks stay in the prefix cache). Not thread-safe: AsyncEngine runs it on
+// one thread. Batching is invisible: a request's tokens depend only on its own parameters, because
+// the CPU kernels compute every output row independently and each request has its own sampler.
+#pragma once
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+
+namespace moet {
+
+struct EngineConfig {
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;     // 0: enough for max_num_seqs full-length sequences, within kv_cache_bytes
+  int64_t kv_cache_bytes = int64_t(1) << 30;  // budget for the automatic num_blocks
+  bool enable_prefix_caching = true;
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t preemptions = 0;       // total so far
+  int64_t computed_tokens = 0;   // total rows run through the model (prefill + decode)
+  int64_t generated_tokens = 0;  // total tokens sampled
+  KvPoolStats kv;
+};
+
+using OutputCallback = std::function<void(RequestOutput&&)>;
+
+class EngineCore {
+ public:
+  // tokenizer is optional (without one, outputs carry ids only and stop strings are refused).
+  EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const EngineConfig& config);
+  ~EngineCore();
+
+  // Throws moet::Error (a client mistake) for an empty prompt, ids outside the vocabulary,
+  // prompt + max_tokens over max_model_len, bad sampling parameters. Thread-safe (reads config only).
+  void validate(const RequestParams& params) const;
+  void add(int64_t id, RequestParams params, OutputCallback on_output);
+  // Finishes the request with "abort" and frees its blocks; unknown ids are ignored.
+  void abort(int64_t id);
+  bool has_work() const { return scheduler_.has_work(); }
+  // Runs one step; returns the number of tokens it computed (0: nothing to do).
+  int64_t step();
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct Request;
+  void emit(Request& request, const SampleResult& sample);
+  void finish(Request& request, RequestOutput& out, const std::string& reason);
+
+  Model& model_;
+  std::optional<Tokenizer> tokenizer_;
+  EngineConfig config_;
+  KvBlockPool pool_;
+  KvCache cache_;
+  Scheduler scheduler_;
+  std::map<int64_t, std::unique_ptr<Request>> requests_;
+  int64_t preemptions_ = 0;
+  int64_t computed_tokens_ = 0;
+  int64_t generated_tokens_ = 0;
+};
+
+// Fills in config's zeros from the model (max_model_len, num_blocks) and checks the rest.
+EngineConfig engine_config_resolve(const Model& model, EngineConfig config);
+
+}  // namespace moet

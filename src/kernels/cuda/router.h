@@ -1,0 +1,24 @@
+// MoE routing on the GPU with the semantics of kernels/cpu/router.h (softmax top-k; sigmoid +
+// correction bias + grouped top-k), ties to the lower expert index, experts in descending order
+// of choice score. One block per row; the softmax denominator and the chosen-weight total are
+// summed serially in the CPU's order. experts <= 1024.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace moet::cuda {
+
+struct RouterArgs {
+  int64_t experts, top_k;
+  bool sigmoid, normalize;
+  float scaling;
+  int64_t groups, top_groups;
+  const float* correction_bias;  // device [experts] or null
+};
+
+void router_launch(const RouterArgs& p, const float* logits, int64_t rows, int32_t* expert_ids,
+                   float* weights, cudaStream_t stream);
+
+}  // namespace moet::cuda

@@ -1,0 +1,111 @@
+// ExpertLoader implementation (see expert_loader.h).
+#include "models/expert_loader.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/pack_source.h"
+#include "io/pack_writer.h"
+#include "models/weight_loader.h"
+
+#include <cstring>
+
+namespace moet {
+namespace {
+
+StoreFormat store_format_of(ExpertMode mode) { return mode == ExpertMode::fp4 ? StoreFormat::fp4 : StoreFormat::w2; }
+
+void check_shape(const SourceView& view, int64_t rows, int64_t cols) {
+  MOET_CHECK(view.rows == rows && view.cols == cols, "tensor '{}' has shape [{}, {}] but the config implies [{}, {}]",
+             view.name, view.rows, view.cols, rows, cols);
+}
+
+}  // namespace
+
+ExpertMode expert_mode_parse(std::string_view name) {
+  if (name == "native") return ExpertMode::native;
+  if (name == "w2") return ExpertMode::w2;
+  if (name == "fp4") return ExpertMode::fp4;
+  fail("unknown expert format '{}' (expected native, w2 or fp4)", name);
+}
+
+const char* expert_mode_name(ExpertMode mode) {
+  switch (mode) {
+    case ExpertMode::native: return "native";
+    case ExpertMode::w2: return "w2";
+    case ExpertMode::fp4: return "fp4";
+  }
+  return "?";
+}
+
+ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& config, const ModelLoadOptions& options)
+    : checkpoint_(checkpoint), config_(config), options_(options), pool_(0) {
+  if (options_.experts == ExpertMode::native) return;
+  const StoreFormat format = store_format_of(options_.experts);
+  PackSpec spec;
+  if (checkpoint_ != nullptr) {
+    spec = pack_spec_for(*checkpoint_, config_, format, options_.zero_mode);
+  } else {
+    spec.format = format;
+    spec.hidden = config_.hidden_size;
+    spec.intermediate = config_.moe_intermediate_size;
+  }
+  spec_ = spec;
+  slot_.resize(spec.layout().stride);
+  if (checkpoint_ == nullptr || options_.pack_dir.empty()) return;
+  std::filesystem::create_directories(options_.pack_dir);
+  const PackPaths paths = pack_paths(options_.pack_dir, format, 0, 1);
+  if (!pack_ensure(paths, spec, checkpoint_expert_sources(*checkpoint_, config_), pool_))
+    MOET_LOG_INFO("reusing {} pack {} (quantization skipped)", store_format_name(format), paths.pack.string());
+  reader_ = PackReader::open(paths, spec);
+}
+
+ExpertLoader::~ExpertLoader() = default;
+
+ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t expert) {
+  const auto names = config_.expert_tensor_names(layer, expert);
+  const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
+  Backend& backend = loader.backend();
+  if (!spec_)  // native: dense, quantized sources decoded exactly by the weight loader
+    return {loader.stacked(names.gate, names.up, {inner, hidden}), loader.weight(names.down, {hidden, inner})};
+  if (reader_) {
+    const PackRead read{layer, expert, slot_.data()};
+    reader_->read({&read, 1});
+  } else if (checkpoint_ != nullptr) {
+    ExpertSources sources{checkpoint_source_view(*checkpoint_, names.gate), checkpoint_source_view(*checkpoint_, names.up),
+                          checkpoint_source_view(*checkpoint_, names.down)};
+    check_shape(sources.gate, inner, hidden);
+    check_shape(sources.up, inner, hidden);
+    check_shape(sources.down, hidden, inner);
+    pack_quantize_slot(*spec_, sources, pool_, slot_.data());
+  } else {
+    // Random experts: arbitrary codes, scales near 2^-6 so activations stay finite.
+    for (size_t i = 0; i < slot_.size(); ++i) {
+      random_state_ = random_state_ * 6364136223846793005ull + 1442695040888963407ull;
+      slot_[i] = uint8_t(random_state_ >> 56);
+    }
+    const SlotLayout layout = spec_->layout();
+    std::memset(slot_.data() + layout.scales13, 121, layout.codes2 - layout.scales13);
+    std::memset(slot_.data() + layout.scales2, 121, layout.slot_bytes - layout.scales2);
+  }
+  if (checkpoint_ != nullptr)
+    for (const auto* name : {&names.gate, &names.up, &names.down}) loader.mark_used_family(*name);
+  return from_slot(backend, slot_.data(), names.gate);
+}
+
+ExpertWeights ExpertLoader::from_slot(Backend& backend, const uint8_t* slot, const std::string& name) const {
+  const SlotLayout layout = spec_->layout();
+  const int64_t hidden = layout.hidden, inner = layout.intermediate;
+  const int64_t bits = store_format_bits(spec_->format);
+  auto plane = [&](uint64_t offset, uint64_t end, std::vector<int64_t> shape) {
+    return backend.upload(TensorInfo{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
+  };
+  ExpertWeights w;
+  w.format = spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4 : ExpertFormat::w2;
+  w.gate_up = plane(layout.codes13, layout.scales13, {2 * inner, hidden * bits / 8});
+  w.gate_up_scales = plane(layout.scales13, layout.codes2, {2 * inner, hidden / kMxBlock});
+  w.down = plane(layout.codes2, layout.scales2, {hidden, inner * bits / 8});
+  w.down_scales = plane(layout.scales2, layout.slot_bytes, {hidden, inner / kMxBlock});
+  return w;
+}
+
+}  // namespace moet

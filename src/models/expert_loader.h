@@ -1,0 +1,57 @@
+// Routed experts as the engine stores them, chosen at load with `--experts`:
+//   native  the checkpoint's values: BF16/F16/F32 as they are; FP8-block, NVFP4 and MXFP4
+//           sources decoded exactly and kept as F32 (dense, for reference runs)
+//   w2      moet's 2-bit sign-symmetric format (the default), requantized from any source
+//   fp4     MXFP4, the FP4 tier format (MXFP4 sources keep their scales verbatim)
+// For w2/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
+// (io/pack_format.h), quantized at load or, with a pack directory, read from a pack file that
+// is built on the first start and reused afterwards (stale packs are rebuilt, never used).
+#pragma once
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "formats/mx_block.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "io/pack_reader.h"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace moet {
+
+class WeightLoader;
+
+enum class ExpertMode { native, w2, fp4 };
+ExpertMode expert_mode_parse(std::string_view name);  // "native" | "w2" | "fp4"
+const char* expert_mode_name(ExpertMode mode);
+
+struct ModelLoadOptions {
+  ExpertMode experts = ExpertMode::w2;
+  ZeroMode zero_mode = ZeroMode::automatic;
+  std::filesystem::path pack_dir;  // empty: quantize at every load
+};
+
+class ExpertLoader {
+ public:
+  // checkpoint null: invent random experts (benchmarks of full-size shapes).
+  ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& config, const ModelLoadOptions& options);
+  ~ExpertLoader();
+  ExpertWeights load(WeightLoader& loader, int64_t layer, int64_t expert);
+
+ private:
+  ExpertWeights from_slot(Backend& backend, const uint8_t* slot, const std::string& name) const;
+
+  const Checkpoint* checkpoint_;
+  const ModelConfig& config_;
+  ModelLoadOptions options_;
+  ThreadPool pool_;
+  std::optional<PackSpec> spec_;           // w2 / fp4
+  std::unique_ptr<PackReader> reader_;     // with a pack directory
+  std::vector<uint8_t> slot_;
+  uint64_t random_state_ = 0x9e3779b97f4a7c15ull;
+};
+
+}  // namespace moet

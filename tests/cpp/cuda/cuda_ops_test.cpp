@@ -1,0 +1,279 @@
+// Every CUDA backend op against the CPU backend (the reference) on random inputs: products
+// (BF16/F32 weights, vector and scalar paths, per-head), RMSNorm, add, SiLU-and-mul, rope
+// (halves, interleaved, partial), embedding, KV writes + paged attention (GQA over two sequences
+// with scattered blocks, MLA with V aliasing K), routers (softmax, sigmoid grouped with bias,
+// ties), the MoE block, copy_columns; plus batch invariance, run-to-run bit-identity and the
+// memory budget. Skips with a message when no GPU is visible.
+#include "cuda_test_util.h"
+
+#include "core/error.h"
+
+#include <numeric>
+
+namespace moet::test {
+namespace {
+
+constexpr double kTol = 2e-5;
+
+TEST(CudaOps, MatmulMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  for (int64_t k : {64, 200, 1032, 3}) {
+    for (int64_t rows : {1, 3, 8, 13}) {
+      for (bool bf16 : {true, false}) {
+        const int64_t n = 37;
+        const auto wf = random_floats(size_t(n * k), uint64_t(k), 0.05f);
+        const auto wb = to_bf16(wf);
+        auto w = bf16 ? p.weight(wb.data(), DType::bf16, {n, k}) : p.weight(wf.data(), DType::f32, {n, k});
+        auto x = p.activation(random_floats(size_t(rows * k), uint64_t(rows)), {rows, k});
+        auto bias = p.activation(random_floats(size_t(n), 9), {n});
+        auto y = p.alloc({rows, n});
+        p.cpu->matmul(x.first, w.first, &bias.first, y.first);
+        p.gpu->matmul(x.second, w.second, &bias.second, y.second);
+        EXPECT_LT(max_rel_diff(p, y), kTol) << "k " << k << " rows " << rows << " bf16 " << bf16;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t k = 512, n = 300, rows = 11;
+  const auto wb = to_bf16(random_floats(size_t(n * k), 1, 0.05f));
+  Tensor w = p.weight(wb.data(), DType::bf16, {n, k}).second;
+  const auto xs = random_floats(size_t(rows * k), 2);
+  Tensor x = p.activation(xs, {rows, k}).second, x1 = p.activation({xs.begin(), xs.begin() + k}, {1, k}).second;
+  Tensor y = p.gpu->alloc({rows, n}), y_again = p.gpu->alloc({rows, n}), y1 = p.gpu->alloc({1, n});
+  p.gpu->matmul(x, w, nullptr, y);
+  p.gpu->matmul(x, w, nullptr, y_again);
+  p.gpu->matmul(x1, w, nullptr, y1);
+  const auto all = host(*p.gpu, y), again = host(*p.gpu, y_again), one = host(*p.gpu, y1);
+  EXPECT_EQ(0, std::memcmp(all.data(), again.data(), all.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(all.data(), one.data(), one.size() * sizeof(float)));
+}
+
+TEST(CudaOps, HeadMatmulMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t rows = 5, heads = 4, n = 24, k = 32, x_stride = 48, y_stride = 40;
+  const auto wb = to_bf16(random_floats(size_t(heads * n * k), 3, 0.1f));
+  auto w = p.weight(wb.data(), DType::bf16, {heads, n, k});
+  auto x = p.activation(random_floats(size_t(rows * heads * x_stride), 4), {rows, heads, x_stride});
+  auto y = p.activation(std::vector<float>(size_t(rows * heads * y_stride), 0.0f), {rows, heads, y_stride});
+  p.cpu->head_matmul(x.first, heads, x_stride, w.first, y.first, y_stride);
+  p.gpu->head_matmul(x.second, heads, x_stride, w.second, y.second, y_stride);
+  EXPECT_LT(max_rel_diff(p, y), kTol);
+}
+
+TEST(CudaOps, ElementwiseMatchCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  for (int64_t dim : {32, 2048}) {
+    const int64_t rows = 6;
+    auto x = p.activation(random_floats(size_t(rows * dim), 5, 3.0f), {rows, dim});
+    auto weight = p.activation(random_floats(size_t(dim), 6), {dim});
+    auto out = p.alloc({rows, dim});
+    p.cpu->rmsnorm(x.first, weight.first, 1e-6f, out.first);
+    p.gpu->rmsnorm(x.second, weight.second, 1e-6f, out.second);
+    EXPECT_LT(max_rel_diff(p, out), 1e-6) << "rmsnorm dim " << dim;
+    auto head_weight = p.activation(random_floats(16, 7), {16});  // per-head groups of 16
+    p.cpu->rmsnorm(x.first, head_weight.first, 1e-6f, x.first);
+    p.gpu->rmsnorm(x.second, head_weight.second, 1e-6f, x.second);
+    EXPECT_LT(max_rel_diff(p, x), 1e-6) << "in-place per-head rmsnorm";
+    auto gate_up = p.activation(random_floats(size_t(rows * dim), 8, 4.0f), {rows, dim});
+    auto act = p.alloc({rows, dim / 2});
+    p.cpu->silu_mul(gate_up.first, act.first);
+    p.gpu->silu_mul(gate_up.second, act.second);
+    EXPECT_LT(max_rel_diff(p, act), 1e-6) << "silu_mul";
+    p.cpu->add(out.first, gate_up.first);
+    p.gpu->add(out.second, gate_up.second);
+    EXPECT_EQ(max_rel_diff(p, out), 0.0) << "add";
+  }
+}
+
+TEST(CudaOps, RopeMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const std::vector<int32_t> tokens = {1, 2, 3}, positions = {0, 17, 4093}, row_seq = {0, 0, 0};
+  const std::vector<int64_t> slots = {0, 1, 2};
+  const std::vector<int32_t> table(1024, 0);
+  const int32_t* tables[] = {table.data()};
+  p.begin_step({3, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, 4});
+  for (bool interleaved : {false, true}) {
+    for (int64_t rot_dim : {64, 16}) {  // 16 of 64: partial rotary at an offset
+      RopeTable rope;
+      for (int64_t i = 0; i < rot_dim / 2; ++i) rope.inv_freq.push_back(float(std::pow(10000.0, -2.0 * double(i) / double(rot_dim))));
+      rope.scale = 1.25f;
+      rope.interleaved = interleaved;
+      const int64_t heads = 3, head_dim = 64, offset = head_dim - rot_dim;
+      auto x = p.activation(random_floats(size_t(3 * heads * head_dim), 10), {3, heads * head_dim});
+      p.cpu->rope(rope, x.first, heads, head_dim, offset);
+      p.gpu->rope(rope, x.second, heads, head_dim, offset);
+      EXPECT_LT(max_rel_diff(p, x), 2e-6) << "interleaved " << interleaved << " rot_dim " << rot_dim;
+    }
+  }
+}
+
+TEST(CudaOps, EmbeddingMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t vocab = 50, dim = 24;
+  const auto tf = random_floats(size_t(vocab * dim), 11);
+  const auto tb = to_bf16(tf);
+  const std::vector<int32_t> tokens = {49, 0, 7, 7}, positions = {0, 1, 2, 3}, row_seq = {0, 0, 0, 0};
+  const std::vector<int64_t> slots = {0, 1, 2, 3};
+  const std::vector<int32_t> table = {0};
+  const int32_t* tables[] = {table.data()};
+  p.begin_step({4, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, 4});
+  for (bool bf16 : {true, false}) {
+    auto t = bf16 ? p.weight(tb.data(), DType::bf16, {vocab, dim}) : p.weight(tf.data(), DType::f32, {vocab, dim});
+    auto out = p.alloc({4, dim});
+    p.cpu->embedding(t.first, out.first);
+    p.gpu->embedding(t.second, out.second);
+    EXPECT_EQ(max_rel_diff(p, out), 0.0);
+  }
+}
+
+// Two sequences with scattered physical blocks: sequence 0 holds 9 tokens, sequence 1 holds 6;
+// the step writes and attends rows at positions 7, 8 of sequence 0 and 5 of sequence 1 (the
+// earlier keys were written by a previous step).
+void check_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
+  BackendPair p;
+  const int64_t block_size = 4, blocks = 8;
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  const std::vector<int32_t> table0 = {5, 1, 6}, table1 = {2, 7};
+  const int32_t* tables[] = {table0.data(), table1.data()};
+  auto slot = [&](const std::vector<int32_t>& table, int64_t pos) { return int64_t(table[size_t(pos / block_size)]) * block_size + pos % block_size; };
+  const int64_t kv_row = kv_heads * k_dim, v_row = kv_heads * v_dim;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int32_t> positions, row_seq;
+    if (step == 0) {
+      for (int32_t pos = 0; pos < 7; ++pos) positions.push_back(pos), row_seq.push_back(0);
+      for (int32_t pos = 0; pos < 5; ++pos) positions.push_back(pos), row_seq.push_back(1);
+    } else {
+      positions = {7, 8, 5};
+      row_seq = {0, 0, 1};
+    }
+    const int64_t rows = int64_t(positions.size());
+    std::vector<int64_t> slots;
+    for (int64_t t = 0; t < rows; ++t) slots.push_back(slot(row_seq[size_t(t)] == 0 ? table0 : table1, positions[size_t(t)]));
+    const std::vector<int32_t> tokens(size_t(rows), 0);
+    p.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), 2, tables, block_size});
+    auto k = p.activation(random_floats(size_t(rows * kv_row), 20 + uint64_t(step)), {rows, kv_row});
+    auto v = p.activation(random_floats(size_t(rows * v_row), 30 + uint64_t(step)), {rows, v_row});
+    p.cpu->kv_write(cpu_cache, k.first, mla ? nullptr : &v.first);
+    p.gpu->kv_write(gpu_cache, k.second, mla ? nullptr : &v.second);
+    const int64_t q_stride = k_dim + 3;
+    auto q = p.activation(random_floats(size_t(rows * q_heads * q_stride), 40 + uint64_t(step)), {rows, q_heads, q_stride});
+    auto out = p.alloc({rows, q_heads, v_dim});
+    const float scale = 1.0f / std::sqrt(float(k_dim));
+    p.cpu->attention(cpu_cache, q.first, q_heads, q_stride, scale, out.first);
+    p.gpu->attention(gpu_cache, q.second, q_heads, q_stride, scale, out.second);
+    EXPECT_LT(max_rel_diff(p, out), kTol) << "step " << step;
+  }
+  EXPECT_EQ(max_rel_diff(p, {cpu_cache.k, gpu_cache.k}), 0.0) << "KV cache contents";
+}
+
+TEST(CudaOps, GqaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_attention(8, 2, 32, 32, false);
+}
+
+TEST(CudaOps, MlaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_attention(4, 1, 48, 32, true);
+}
+
+void check_router(RouterParams params, const std::vector<float>& logits, int64_t rows, const std::vector<float>& bias) {
+  BackendPair p;
+  auto l = p.activation(logits, {rows, params.experts});
+  std::pair<Tensor, Tensor> b;
+  RouterParams cpu_params = params, gpu_params = params;
+  if (!bias.empty()) {
+    b = p.activation(bias, {params.experts});
+    cpu_params.correction_bias = b.first.as<float>();
+    gpu_params.correction_bias = b.second.as<float>();
+  }
+  auto ids = p.alloc({rows, params.top_k}, DType::i32);
+  auto weights = p.alloc({rows, params.top_k});
+  p.cpu->router(cpu_params, l.first, ids.first, weights.first);
+  p.gpu->router(gpu_params, l.second, ids.second, weights.second);
+  EXPECT_EQ(host<int32_t>(*p.cpu, ids.first), host<int32_t>(*p.gpu, ids.second));
+  EXPECT_LT(max_rel_diff(p, weights), 1e-6);
+}
+
+TEST(CudaOps, RoutersMatchCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  const int64_t rows = 7;
+  check_router({128, 8, false, true, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 128), 50), rows, {});
+  check_router({60, 4, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 60), 51), rows, {});
+  check_router({256, 8, true, true, 2.5f, 8, 4, nullptr}, random_floats(size_t(rows * 256), 52), rows,
+               random_floats(256, 53, 0.1f));
+  check_router({64, 6, true, true, 1.0f, 8, 3, nullptr}, std::vector<float>(size_t(rows * 64), 0.5f), rows,
+               std::vector<float>(64, 0.0f));  // all tied: lowest indices
+}
+
+void check_moe(int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {
+  BackendPair p;
+  std::vector<ExpertWeights> cpu_experts, gpu_experts;
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto gu = to_bf16(random_floats(size_t(2 * inner * hidden), 100 + uint64_t(e), 0.05f));
+    const auto dn = to_bf16(random_floats(size_t(hidden * inner), 200 + uint64_t(e), 0.05f));
+    auto g = p.weight(gu.data(), DType::bf16, {2 * inner, hidden});
+    auto d = p.weight(dn.data(), DType::bf16, {hidden, inner});
+    cpu_experts.push_back({g.first, d.first});
+    gpu_experts.push_back({g.second, d.second});
+  }
+  const ExpertSet cpu_set = p.cpu->expert_set(cpu_experts), gpu_set = p.gpu->expert_set(gpu_experts);
+  std::mt19937_64 rng(static_cast<uint64_t>(rows));
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < rows; ++t) {  // distinct experts per row, skewed so some experts get > 8 rows
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin() + 1, all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + top_k);
+  }
+  auto id_t = p.alloc({rows, top_k}, DType::i32);
+  p.cpu->from_host(ids.data(), id_t.first);
+  p.gpu->from_host(ids.data(), id_t.second);
+  auto w = p.activation(random_floats(size_t(rows * top_k), 300), {rows, top_k});
+  auto x = p.activation(random_floats(size_t(rows * hidden), 301), {rows, hidden});
+  auto out = p.alloc({rows, hidden});
+  p.cpu->moe_experts(x.first, cpu_set, id_t.first, w.first, out.first);
+  p.gpu->moe_experts(x.second, gpu_set, id_t.second, w.second, out.second);
+  EXPECT_LT(max_rel_diff(p, out), kTol) << "rows " << rows << " hidden " << hidden;
+  Tensor again = p.gpu->alloc({rows, hidden});
+  p.gpu->moe_experts(x.second, gpu_set, id_t.second, w.second, again);
+  const auto a = host(*p.gpu, out.second), b = host(*p.gpu, again);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "run to run";
+}
+
+TEST(CudaOps, MoeExpertsMatchCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_moe(8, 2, 64, 32, 1);
+  check_moe(8, 2, 64, 32, 20);
+  check_moe(16, 4, 256, 96, 5);
+  check_moe(6, 3, 36, 20, 9);  // hidden % 8 != 0: scalar path
+}
+
+TEST(CudaOps, CopyColumnsMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  auto src = p.activation(random_floats(60, 60), {6, 10});
+  auto dst = p.activation(std::vector<float>(48, 1.0f), {6, 8});
+  p.cpu->copy_columns(src.first, 10, 3, dst.first, 8, 2, 6, 5);
+  p.gpu->copy_columns(src.second, 10, 3, dst.second, 8, 2, 6, 5);
+  EXPECT_EQ(max_rel_diff(p, dst), 0.0);
+}
+
+TEST(CudaOps, MemoryBudgetIsEnforced) {
+  MOET_SKIP_WITHOUT_GPU();
+  auto gpu = cuda_backend_create({0, 0.9, 1.0 / 1024});  // 1 MiB
+  Tensor small = gpu->alloc({1000});
+  EXPECT_THROW(gpu->alloc({1 << 20}), Error);
+}
+
+}  // namespace
+}  // namespace moet::test

@@ -1,0 +1,80 @@
+// Helpers shared by the CUDA suites: the skip when no GPU is visible, a CPU/CUDA backend pair,
+// random data put into both, and the comparison of results.
+#pragma once
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_info.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace moet::test {
+
+#define MOET_SKIP_WITHOUT_GPU()                                                          \
+  if (::moet::cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU visible: CUDA test skipped"
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(n);
+  for (auto& v : out) v = normal(rng);
+  return out;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
+  std::vector<uint16_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = float_to_bf16(values[i]);
+  return out;
+}
+
+struct BackendPair {
+  std::unique_ptr<Backend> cpu = cpu_backend_create(2);
+  std::unique_ptr<Backend> gpu = cuda_backend_create({});
+
+  // The same FP32 activation in both backends.
+  std::pair<Tensor, Tensor> activation(const std::vector<float>& values, std::vector<int64_t> shape) {
+    Tensor a = cpu->alloc(shape), b = gpu->alloc(shape);
+    cpu->from_host(values.data(), a);
+    gpu->from_host(values.data(), b);
+    return {a, b};
+  }
+  // The same weight (BF16 or F32 as stored in `bytes`) uploaded to both.
+  std::pair<Tensor, Tensor> weight(const void* bytes, DType dtype, std::vector<int64_t> shape) {
+    TensorInfo info{"test", dtype, shape, static_cast<const uint8_t*>(bytes), 0, "test"};
+    info.bytes = size_t(info.numel()) * dtype_size(dtype);
+    return {cpu->upload(info), gpu->upload(info)};
+  }
+  std::pair<Tensor, Tensor> alloc(std::vector<int64_t> shape, DType dtype = DType::f32) {
+    return {cpu->alloc(shape, dtype), gpu->alloc(shape, dtype)};
+  }
+  void begin_step(const StepInputs& step) {
+    cpu->begin_step(step);
+    gpu->begin_step(step);
+  }
+};
+
+template <typename T = float>
+std::vector<T> host(Backend& backend, const Tensor& t) {
+  std::vector<T> out(size_t(t.numel()));
+  backend.to_host(t, out.data());
+  return out;
+}
+
+// Largest |cpu - gpu| over the tensor pair, relative to max(1, max |cpu|).
+inline double max_rel_diff(BackendPair& p, const std::pair<Tensor, Tensor>& t) {
+  const auto a = host(*p.cpu, t.first), b = host(*p.gpu, t.second);
+  double diff = 0.0, scale = 1.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(b[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(a[i])));
+  }
+  return diff / scale;
+}
+
+}  // namespace moet::test

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: runs the CUDA test suites, parity against transformers on every fixture,
+# the kernel microbenchmarks and the end-to-end decode benchmarks, from the binaries that
+# tools/gpu/pack.sh put into .gpu-carry/, and writes everything into RESULTS_DIR, ending with
+# report.json (machine, commit, tests, parity, benchmarks). Usage: bash tools/gpu/run.sh RESULTS_DIR [quick]
+# "quick" runs one small end-to-end benchmark (Qwen3-30B-A3B, 4 layers) instead of all. Each step's log is RESULTS_DIR/<step>.log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT_DIR=${1:?usage: run.sh RESULTS_DIR [quick]}
+MODE=${2:-full}
+mkdir -p "$OUT_DIR"
+CARRY=$PWD/.gpu-carry
+export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MOET_LOG_LEVEL=warn
+MOET=$CARRY/moet
+status=0
+step() {  # step NAME COMMAND...: runs it with its log in OUT_DIR/NAME.log, records the exit code
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc ($((SECONDS - start)) s)" | tee -a "$OUT_DIR/steps.txt"
+  [ $rc -eq 0 ] || status=1
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT_DIR/machine.txt" 2>&1
+step tests "$CARRY/moet_cuda_tests" --gtest_output=json:"$OUT_DIR/tests.json"
+step parity python3 tools/gpu/parity_transformers.py "$MOET" "$OUT_DIR/parity.json"
+step kernels "$CARRY/cuda_moe_bench" "$OUT_DIR/kernels.json"
+if [ "$MODE" = quick ]; then
+  step e2e_qwen3_30b_4l "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
+    --layers 4 --json-out "$OUT_DIR/e2e_qwen3_30b_4l.json"
+else
+  # Random weights; fewer layers where the full model does not fit or takes long to invent.
+  step e2e_qwen3_30b "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
+    --layers 16 --json-out "$OUT_DIR/e2e_qwen3_30b.json"
+  step e2e_qwen3_235b "$MOET" bench --device cuda --config bench/configs/Qwen3-235B-A22B.config.json \
+    --layers 6 --json-out "$OUT_DIR/e2e_qwen3_235b.json"
+  step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
+    --layers 5 --json-out "$OUT_DIR/e2e_deepseek_v3.json"
+fi
+python3 tools/gpu/report.py "$OUT_DIR" "$CARRY/commit" > "$OUT_DIR/report.json"
+exit $status
