@@ -128,7 +128,7 @@ async def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--server-command", default="(not given)", help="how the server was started, for the report")
-    ap.add_argument("--commit", default="(fill in: git rev-parse --short HEAD)")
+    ap.add_argument("--commit", default=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown", help="commit the results are tagged with (default: HEAD)")
     ap.add_argument("--note", default="", help="a remark for the report (e.g. machine load)")
     ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     args = ap.parse_args()

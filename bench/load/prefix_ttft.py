@@ -5,6 +5,7 @@ with the cached token count the server reports in usage.
     python3 bench/load/prefix_ttft.py --url http://127.0.0.1:8000/v1 --out bench/results/server_prefix_ttft_tiny_cpu
 writes OUT.json and OUT.md."""
 import argparse
+import subprocess
 import asyncio
 import json
 import shlex
@@ -24,7 +25,7 @@ async def main():
     ap.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     ap.add_argument("--repeats", type=int, default=60, help="copies of a 2-line snippet per prompt")
     ap.add_argument("--prompts", type=int, default=5)
-    ap.add_argument("--commit", default="(fill in: git rev-parse --short HEAD)")
+    ap.add_argument("--commit", default=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown", help="commit the results are tagged with (default: HEAD)")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
