@@ -27,6 +27,7 @@ struct BenchFlags {
   std::string config_file;
   int64_t layers = 0;
   DeviceOptions device;
+  ExpertOptions experts;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   double copy_gib = 1.0;
@@ -46,11 +47,11 @@ void run(const BenchFlags& flags) {
   if (!flags.model_dir.empty()) {
     checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(flags.model_dir));
     config = checkpoint->config();
-    model = model_load(*checkpoint, *backend, &stats);
+    model = model_load(*checkpoint, *backend, &stats, flags.experts.resolve());
   } else {
     config = json_read_file(flags.config_file);
     if (flags.layers > 0) config["num_hidden_layers"] = flags.layers;
-    model = model_load_random(config, *backend, 1234, &stats);
+    model = model_load_random(config, *backend, 1234, &stats, flags.experts.resolve());
   }
   const ModelConfig& mc = model->config();
   const double routed_share = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
@@ -71,6 +72,7 @@ void run(const BenchFlags& flags) {
       {"family", mc.family},
       {"layers", mc.num_hidden_layers},
       {"backend", backend->name()},
+      {"experts", flags.experts.experts},
       {"weights_gb", double(stats.bytes) / 1e9},
       {"bytes_per_decode_token", bytes_per_token},
       {"prefill_tokens_per_s", prefill_tps},
@@ -97,6 +99,7 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_option("--config", flags->config_file, "config.json to build with random weights (no files needed)");
   sub->add_option("--layers", flags->layers, "with --config: keep only this many layers (0 = all)")->check(CLI::NonNegativeNumber);
   flags->device.add_to(*sub);
+  flags->experts.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);

@@ -64,7 +64,6 @@ ExpertLoader::~ExpertLoader() = default;
 ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t expert) {
   const auto names = config_.expert_tensor_names(layer, expert);
   const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
-  Backend& backend = loader.backend();
   if (!spec_)  // native: dense, quantized sources decoded exactly by the weight loader
     return {loader.stacked(names.gate, names.up, {inner, hidden}), loader.weight(names.down, {hidden, inner})};
   if (reader_) {
@@ -89,15 +88,15 @@ ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t ex
   }
   if (checkpoint_ != nullptr)
     for (const auto* name : {&names.gate, &names.up, &names.down}) loader.mark_used_family(*name);
-  return from_slot(backend, slot_.data(), names.gate);
+  return from_slot(loader, slot_.data(), names.gate);
 }
 
-ExpertWeights ExpertLoader::from_slot(Backend& backend, const uint8_t* slot, const std::string& name) const {
+ExpertWeights ExpertLoader::from_slot(WeightLoader& loader, const uint8_t* slot, const std::string& name) const {
   const SlotLayout layout = spec_->layout();
   const int64_t hidden = layout.hidden, inner = layout.intermediate;
   const int64_t bits = store_format_bits(spec_->format);
   auto plane = [&](uint64_t offset, uint64_t end, std::vector<int64_t> shape) {
-    return backend.upload(TensorInfo{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
+    return loader.upload(TensorInfo{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
   };
   ExpertWeights w;
   w.format = spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4 : ExpertFormat::w2;

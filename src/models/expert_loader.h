@@ -42,7 +42,7 @@ class ExpertLoader {
   ExpertWeights load(WeightLoader& loader, int64_t layer, int64_t expert);
 
  private:
-  ExpertWeights from_slot(Backend& backend, const uint8_t* slot, const std::string& name) const;
+  ExpertWeights from_slot(WeightLoader& loader, const uint8_t* slot, const std::string& name) const;
 
   const Checkpoint* checkpoint_;
   const ModelConfig& config_;

@@ -36,6 +36,8 @@ class WeightLoader {
   const Checkpoint* checkpoint() const { return checkpoint_; }
   // True when `name` is stored as BF16/F16/F32 (or invented): loadable without decoding.
   bool is_plain_float(const std::string& name) const;
+  // Uploads a tensor the caller built (quantized expert planes), counted in stats().
+  Tensor upload(const TensorInfo& info) { return counted(info.name, backend_.upload(info)); }
   // Marks `name` and its companions (X.weight_scale_inv, X.weight_scale, ... for X.weight) used.
   void mark_used_family(const std::string& name);
 
