@@ -29,7 +29,9 @@ TEST(DType, Bf16RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
   for (uint32_t bits = 0; bits < 0x10000; bits += 7) {
     const float value = bf16_to_float(uint16_t(bits));
-    if (!std::isnan(value)) EXPECT_EQ(float_to_bf16(value), bits);
+    if (!std::isnan(value)) {
+      EXPECT_EQ(float_to_bf16(value), bits);
+    }
   }
 }
 

@@ -54,8 +54,9 @@ TEST_P(FixtureParity, LogitsAndGreedyMatchTransformers) {
     max_diff = std::max(max_diff, std::fabs(double(result.prompt_logits[i]) - double(expected[i])));
   EXPECT_LT(max_diff, 1e-3) << c.fixture;
   RecordProperty("max_abs_logit_diff", std::to_string(max_diff));
-  if (golden.value("robust", true))
+  if (golden.value("robust", true)) {
     EXPECT_EQ(result.output_ids, golden["greedy_ids"].get<std::vector<int32_t>>()) << c.fixture;
+  }
 }
 
 std::vector<Case> all_cases() {
