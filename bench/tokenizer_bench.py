@@ -4,7 +4,7 @@
 Writes the 1 MB mixed corpus of the golden tests to a temporary file, times HF `Tokenizer.encode`
 on it (best of several runs, RAYON_NUM_THREADS=1), runs bench/tokenizer_encode_bench (Google
 Benchmark) on the same file, and prints MB/s for both and the ratio moet/HF per family.
-Usage: python3 bench/tokenizer_bench.py BUILD_DIR/tokenizer_encode_bench
+Usage: python3 bench/tokenizer_bench.py [BUILD_DIR/bench/tokenizer_encode_bench]
 """
 import json
 import os
@@ -38,7 +38,7 @@ def _timed(fn):
 
 
 def main():
-    bench = sys.argv[1] if len(sys.argv) > 1 else str(REPO / "build" / "tokenizer_encode_bench")
+    bench = sys.argv[1] if len(sys.argv) > 1 else str(REPO / "build" / "bench" / "tokenizer_encode_bench")
     text = corpus.mixed_text(SHARED)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
         f.write(text)

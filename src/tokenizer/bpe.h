@@ -40,7 +40,6 @@ class BpeModel {
   static BpeModel from_ranks(Vocab ranks);
 
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
-  const Vocab& vocab() const { return vocab_; }
 
   BpeModel(BpeModel&& other) noexcept;
 

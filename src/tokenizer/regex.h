@@ -22,7 +22,6 @@ class Regex {
   // be valid UTF-8. An empty match advances by one character.
   void for_each_match(std::string_view subject,
                       const std::function<void(size_t, size_t)>& on_match) const;
-  const std::string& pattern() const { return pattern_; }
 
  private:
   std::string pattern_;
