@@ -28,31 +28,27 @@ inline float horizontal_sum(__m256 v) {
 
 }  // namespace
 
-float dot_bf16(const float* x, const uint16_t* w, int64_t k) {
+inline __m256 load8(const uint16_t* w) { return load_bf16x8(w); }
+inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+inline float load1(const uint16_t* w) { return bf16_to_float(*w); }
+inline float load1(const float* w) { return *w; }
+
+template <typename W>
+float dot(const float* x, const W* w, int64_t k) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_bf16x8(w + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_bf16x8(w + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load8(w + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load8(w + i + 8), acc1);
   }
-  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_bf16x8(w + i), acc0);
+  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load8(w + i), acc0);
   float total = horizontal_sum(_mm256_add_ps(acc0, acc1));
-  for (; i < k; ++i) total += x[i] * bf16_to_float(w[i]);
+  for (; i < k; ++i) total += x[i] * load1(w + i);
   return total;
 }
 
-float dot_f32(const float* x, const float* w, int64_t k) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), acc1);
-  }
-  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc0);
-  float total = horizontal_sum(_mm256_add_ps(acc0, acc1));
-  for (; i < k; ++i) total += x[i] * w[i];
-  return total;
-}
+float dot_bf16(const float* x, const uint16_t* w, int64_t k) { return dot(x, w, k); }
+float dot_f32(const float* x, const float* w, int64_t k) { return dot(x, w, k); }
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
