@@ -1,10 +1,14 @@
-// GPU microbenchmark of the BF16 weight-streaming kernels through the CUDA backend's ops, next to
-// the device-to-device copy bandwidth measured in the same run: the grouped-expert MoE op
-// (routing groups + gate_up with fused SiLU-mul + down + fixed-order combine) at batch 1, 4, 8
-// with top-8 routing on DeepSeek-V3 (hidden 7168, inner 2048) and Qwen3-235B (4096 x 1536)
-// expert shapes, and a dense GEMV (an LM head, 151936 x 4096). Bytes counted are the weights
-// actually read: each distinct routed expert once. Times are means over 20 calls after 3 warm-ups,
-// with one synchronisation at the end. Prints a table and writes JSON (argument 1, optional).
+// GPU microbenchmark of the weight-streaming kernels through the CUDA backend's ops, next to the
+// device-to-device copy bandwidth measured in the same run: the grouped-expert MoE op (routing
+// groups + gate_up with fused SiLU-mul + down + fixed-order combine) with experts stored as BF16,
+// W2 (2-bit codes + UE8M0 scales) and MXFP4 (e2m1 nibbles + UE8M0 scales), at batch 1, 4, 8 with
+// top-8 routing over 128 experts on DeepSeek-V3 (hidden 7168, inner 2048) and Qwen3-235B
+// (4096 x 1536) expert shapes, and a dense GEMV (an LM head, 151936 x 4096). Bytes counted are
+// those actually read: each distinct routed expert's codes + scales (or BF16 weights) once, plus
+// the FP32 activations (x rows and the act rows). Consecutive calls cycle through 4 random
+// routings, so an expert set small enough for the 50 MB L2 is not simply re-read from it. Times
+// are means over 20 calls after 3 warm-ups, with one synchronisation at the end. Prints a table
+// and writes JSON (argument 1, optional).
 #ifdef MOET_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_info.h"
@@ -17,6 +21,8 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace moet {
 namespace {
@@ -42,43 +48,86 @@ double seconds_per_call(Backend& backend, const Tensor& sync_on, F&& call) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kTimed;
 }
 
-nlohmann::json bench_moe(Backend& backend, const char* name, int64_t hidden, int64_t inner, double copy_gbs) {
-  const int64_t experts = 64, top_k = 8;
-  const auto gate_up = random_bf16(size_t(2 * inner * hidden)), down = random_bf16(size_t(hidden * inner));
+std::vector<uint8_t> random_u8(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<uint8_t> out(n);
+  for (auto& v : out) v = uint8_t(dist(rng));
+  return out;
+}
+
+// format: "bf16", "w2" or "fp4".
+nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& format, int64_t hidden, int64_t inner,
+                         double copy_gbs) {
+  const int64_t experts = 128, top_k = 8, routings = 4;
   std::vector<ExpertWeights> weights;
-  for (int64_t e = 0; e < experts; ++e) {
-    weights.push_back({backend.upload({"gate_up", DType::bf16, {2 * inner, hidden},
-                                       reinterpret_cast<const uint8_t*>(gate_up.data()), gate_up.size() * 2, "bench"}),
-                       backend.upload({"down", DType::bf16, {hidden, inner},
-                                       reinterpret_cast<const uint8_t*>(down.data()), down.size() * 2, "bench"})});
+  double expert_bytes = 0.0;
+  if (format == "bf16") {
+    const auto gate_up = random_bf16(size_t(2 * inner * hidden)), down = random_bf16(size_t(hidden * inner));
+    for (int64_t e = 0; e < experts; ++e) {
+      weights.push_back({backend.upload({"gate_up", DType::bf16, {2 * inner, hidden},
+                                         reinterpret_cast<const uint8_t*>(gate_up.data()), gate_up.size() * 2, "bench"}),
+                         backend.upload({"down", DType::bf16, {hidden, inner},
+                                         reinterpret_cast<const uint8_t*>(down.data()), down.size() * 2, "bench"})});
+    }
+    expert_bytes = double(3 * hidden * inner * 2);
+  } else {
+    const int64_t bits = format == "w2" ? 2 : 4;
+    const auto gu = random_u8(size_t(2 * inner * hidden * bits / 8), 0, 255, 1);
+    const auto gus = random_u8(size_t(2 * inner * hidden / 32), 118, 124, 2);
+    const auto dn = random_u8(size_t(hidden * inner * bits / 8), 0, 255, 3);
+    const auto dns = random_u8(size_t(hidden * inner / 32), 118, 124, 4);
+    auto up = [&](const std::vector<uint8_t>& v, std::vector<int64_t> shape) {
+      return backend.upload({"plane", DType::u8, std::move(shape), v.data(), v.size(), "bench"});
+    };
+    for (int64_t e = 0; e < experts; ++e) {
+      ExpertWeights w;
+      w.format = bits == 2 ? ExpertFormat::w2 : ExpertFormat::fp4;
+      w.gate_up = up(gu, {2 * inner, hidden * bits / 8});
+      w.gate_up_scales = up(gus, {2 * inner, hidden / 32});
+      w.down = up(dn, {hidden, inner * bits / 8});
+      w.down_scales = up(dns, {hidden, inner / 32});
+      weights.push_back(std::move(w));
+    }
+    expert_bytes = double(gu.size() + gus.size() + dn.size() + dns.size());
   }
   const ExpertSet set = backend.expert_set(std::move(weights));
-  const double expert_bytes = double(3 * hidden * inner * 2);
   nlohmann::json rows_out = nlohmann::json::array();
   std::mt19937 rng(11);
   for (int64_t rows : {1, 4, 8}) {
-    std::vector<int32_t> ids;
-    for (int64_t t = 0; t < rows; ++t) {
-      std::vector<int32_t> all(experts);
-      for (int32_t e = 0; e < int32_t(experts); ++e) all[size_t(e)] = e;
-      std::shuffle(all.begin(), all.end(), rng);
-      ids.insert(ids.end(), all.begin(), all.begin() + top_k);
+    std::vector<Tensor> id_ts;
+    double distinct = 0.0;
+    for (int64_t k = 0; k < routings; ++k) {
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < rows; ++t) {
+        std::vector<int32_t> all(experts);
+        for (int32_t e = 0; e < int32_t(experts); ++e) all[size_t(e)] = e;
+        std::shuffle(all.begin(), all.end(), rng);
+        ids.insert(ids.end(), all.begin(), all.begin() + top_k);
+      }
+      distinct += double(std::set<int32_t>(ids.begin(), ids.end()).size()) / double(routings);
+      id_ts.push_back(backend.alloc({rows, top_k}, DType::i32));
+      backend.from_host(ids.data(), id_ts.back());
     }
-    const size_t distinct = std::set<int32_t>(ids.begin(), ids.end()).size();
-    Tensor id_t = backend.alloc({rows, top_k}, DType::i32), w = backend.alloc({rows, top_k});
+    Tensor w = backend.alloc({rows, top_k});
     Tensor x = backend.alloc({rows, hidden}), out = backend.alloc({rows, hidden});
-    backend.from_host(ids.data(), id_t);
     const std::vector<float> ones(size_t(rows * std::max(top_k, hidden)), 0.5f);
     backend.from_host(ones.data(), w);
     backend.from_host(ones.data(), x);
-    const double s = seconds_per_call(backend, out, [&] { backend.moe_experts(x, set, id_t, w, out); });
-    const double gbs = double(distinct) * expert_bytes / s / 1e9;
-    std::printf("%-22s batch %ld  experts read %3zu  %8.1f us  %7.1f GB/s  %5.1f%% of copy\n", name, long(rows),
-                distinct, s * 1e6, gbs, 100.0 * gbs / copy_gbs);
-    rows_out.push_back({{"batch", rows}, {"distinct_experts", distinct}, {"us", s * 1e6}, {"gb_per_s", gbs},
-                        {"fraction_of_copy", gbs / copy_gbs}});
+    int64_t call = 0;
+    const double s = seconds_per_call(backend, out, [&] {
+      backend.moe_experts(x, set, id_ts[size_t(call++ % routings)], w, out);
+    });
+    const double act_bytes = double(rows * hidden * 4 + rows * top_k * inner * 4);
+    const double bytes = distinct * expert_bytes + act_bytes;
+    const double gbs = bytes / s / 1e9;
+    std::printf("%-5s %-22s batch %ld  experts read %5.1f  %8.1f us  %7.1f GB/s  %5.1f%% of copy\n", format.c_str(),
+                name, long(rows), distinct, s * 1e6, gbs, 100.0 * gbs / copy_gbs);
+    rows_out.push_back({{"batch", rows}, {"distinct_experts", distinct}, {"bytes", bytes}, {"us", s * 1e6},
+                        {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}});
   }
-  return {{"op", "moe_experts_bf16"}, {"shape", name}, {"hidden", hidden}, {"inner", inner}, {"top_k", top_k}, {"results", rows_out}};
+  return {{"op", "moe_experts_" + format}, {"shape", name}, {"hidden", hidden}, {"inner", inner}, {"top_k", top_k},
+          {"experts", experts}, {"expert_bytes", expert_bytes}, {"results", rows_out}};
 }
 
 nlohmann::json bench_dense(Backend& backend, int64_t n, int64_t k, double copy_gbs) {
@@ -110,8 +159,10 @@ int main(int argc, char** argv) {
   const double copy_gbs = backend->copy_bandwidth(size_t(2) << 30);
   std::printf("%s\ndevice-to-device copy: %.1f GB/s (read + write)\n", backend->name().c_str(), copy_gbs);
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
-  report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", 7168, 2048, copy_gbs));
-  report["benchmarks"].push_back(moet::bench_moe(*backend, "Qwen3-235B 4096x1536", 4096, 1536, copy_gbs));
+  for (const char* format : {"w2", "fp4", "bf16"}) {
+    report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", format, 7168, 2048, copy_gbs));
+    report["benchmarks"].push_back(moet::bench_moe(*backend, "Qwen3-235B 4096x1536", format, 4096, 1536, copy_gbs));
+  }
   report["benchmarks"].push_back(moet::bench_dense(*backend, 151936, 4096, copy_gbs));
   if (argc > 1) std::ofstream(argv[1]) << report.dump(2) << "\n";
   return 0;

@@ -3,7 +3,8 @@
 # the kernel microbenchmarks and the end-to-end decode benchmarks, from the binaries that
 # tools/gpu/pack.sh put into .gpu-carry/, and writes everything into RESULTS_DIR, ending with
 # report.json (machine, commit, tests, parity, benchmarks). Usage: bash tools/gpu/run.sh RESULTS_DIR [quick]
-# "quick" runs one small end-to-end benchmark (Qwen3-30B-A3B, 4 layers) instead of all. Each step's log is RESULTS_DIR/<step>.log.
+# "quick" runs one small end-to-end benchmark (Qwen3-30B-A3B, 4 layers; experts W2, FP4 and native
+# BF16) instead of all. Each step's log is RESULTS_DIR/<step>.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT_DIR=${1:?usage: run.sh RESULTS_DIR [quick]}
@@ -25,11 +26,12 @@ step() {  # step NAME COMMAND...: runs it with its log in OUT_DIR/NAME.log, reco
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT_DIR/machine.txt" 2>&1
 step tests "$CARRY/moet_cuda_tests" --gtest_output=json:"$OUT_DIR/tests.json"
-step parity python3 tools/gpu/parity_transformers.py "$MOET" "$OUT_DIR/parity.json"
 step kernels "$CARRY/cuda_moe_bench" "$OUT_DIR/kernels.json"
 if [ "$MODE" = quick ]; then
-  step e2e_qwen3_30b_4l "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
-    --layers 4 --json-out "$OUT_DIR/e2e_qwen3_30b_4l.json"
+  for experts in w2 fp4 native; do
+    step e2e_qwen3_30b_4l_$experts "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
+      --layers 4 --experts $experts --json-out "$OUT_DIR/e2e_qwen3_30b_4l_$experts.json"
+  done
 else
   # Random weights; fewer layers where the full model does not fit or takes long to invent.
   step e2e_qwen3_30b "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
@@ -39,5 +41,7 @@ else
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
     --layers 5 --json-out "$OUT_DIR/e2e_deepseek_v3.json"
 fi
+# Last: live transformers parity (native experts; the slowest step, least likely to change).
+step parity python3 tools/gpu/parity_transformers.py "$MOET" "$OUT_DIR/parity.json"
 python3 tools/gpu/report.py "$OUT_DIR" "$CARRY/commit" > "$OUT_DIR/report.json"
 exit $status

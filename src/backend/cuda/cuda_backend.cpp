@@ -75,7 +75,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
 
   Tensor upload(const TensorInfo& info) override {
-    if (info.dtype != DType::bf16 && info.dtype != DType::f32) return upload_f32(info);
+    if (info.dtype != DType::bf16 && info.dtype != DType::f32 && info.dtype != DType::u8) return upload_f32(info);
     Tensor t = device_tensor(info.dtype, info.shape);
     copy_to_device(t.data, info.data, info.bytes);
     return t;
@@ -143,12 +143,28 @@ class CudaBackend final : public Backend {
     const ExpertWeights& first = experts.front();
     std::vector<ExpertPointers> pointers;
     for (const ExpertWeights& e : experts) {
-      MOET_CHECK(e.format == ExpertFormat::dense,
-                 "W2/FP4 experts have no CUDA kernels yet: use dense experts or --device cpu");
-      MOET_CHECK(e.gate_up.dtype == first.gate_up.dtype && e.down.dtype == first.gate_up.dtype &&
-                     e.gate_up.shape == first.gate_up.shape && e.down.shape == first.down.shape,
-                 "the experts of one layer must share dtype and shapes");
-      pointers.push_back({e.gate_up.data, e.down.data});
+      MOET_CHECK(e.format == first.format && e.gate_up.dtype == first.gate_up.dtype &&
+                     e.down.dtype == first.gate_up.dtype && e.gate_up.shape == first.gate_up.shape &&
+                     e.down.shape == first.down.shape,
+                 "the experts of one layer must share format, dtype and shapes");
+      if (e.format == ExpertFormat::dense) {
+        pointers.push_back({e.gate_up.data, e.down.data, nullptr, nullptr});
+        continue;
+      }
+      // Block formats: U8 codes [rows, cols * bits / 8] and UE8M0 scales [rows, cols / 32].
+      const int64_t bits = e.format == ExpertFormat::w2 ? 2 : 4;
+      const int64_t hidden = e.gate_up.dim(1) * 8 / bits, inner = e.down.dim(1) * 8 / bits;
+      MOET_CHECK(e.gate_up.dtype == DType::u8 && e.gate_up_scales.dtype == DType::u8 &&
+                     e.down_scales.dtype == DType::u8 && e.gate_up.dim(0) == 2 * inner &&
+                     e.down.dim(0) == hidden && hidden % 32 == 0 && inner % 32 == 0 &&
+                     e.gate_up_scales.numel() == 2 * inner * (hidden / 32) &&
+                     e.down_scales.numel() == hidden * (inner / 32),
+                 "malformed {} expert planes: gate_up [{}, {}] down [{}, {}]", bits == 2 ? "W2" : "FP4",
+                 e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1));
+      MOET_CHECK(aligned(e.gate_up.data, 16) && aligned(e.down.data, 16),
+                 "expert code planes must be 16-byte aligned");
+      pointers.push_back({e.gate_up.data, e.down.data, static_cast<const uint8_t*>(e.gate_up_scales.data),
+                          static_cast<const uint8_t*>(e.down_scales.data)});
     }
     ExpertSet set{std::move(experts), device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
     copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
@@ -256,6 +272,8 @@ class CudaBackend final : public Backend {
     if (options.memory_limit_gib > 0) return size_t(options.memory_limit_gib * double(size_t(1) << 30));
     return size_t(options.memory_utilization * double(total));
   }
+
+  static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
   static bool is_bf16(const Tensor& t) {
     MOET_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CUDA ops take BF16 or F32 weights, not {}",
@@ -369,13 +387,19 @@ void CudaBackend::begin_step(const StepInputs& step) {
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
-  const int64_t experts = int64_t(set.experts.size()), inner = set.experts.front().down.dim(1);
+  const ExpertWeights& first = set.experts.front();
+  const int64_t bits = first.format == ExpertFormat::w2 ? 2 : first.format == ExpertFormat::fp4 ? 4 : 0;
+  const int64_t experts = int64_t(set.experts.size());
+  const int64_t inner = bits ? first.down.dim(1) * 8 / bits : first.down.dim(1);
+  MOET_CHECK(bits == 0 || hidden == first.down.dim(0), "moe_experts: x has {} columns, the experts {}", hidden,
+             first.down.dim(0));
   const int64_t items = rows * top_k;
   Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
   Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({1}, DType::i32);
   Tensor act = alloc({items, inner}), item_out = alloc({items, hidden});
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
-                     static_cast<const ExpertPointers*>(set.table.data), is_bf16(set.experts.front().gate_up),
+                     static_cast<const ExpertPointers*>(set.table.data), bits == 0 && is_bf16(first.gate_up),
+                     first.format == ExpertFormat::w2 ? kMoeW2 : first.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), act.as<float>(), item_out.as<float>(),
                      out.as<float>()};

@@ -2,6 +2,7 @@
 #include "kernels/cuda/moe.h"
 
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/quant_core.cuh"
 
 namespace moet::cuda {
 namespace {
@@ -127,13 +128,115 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
   moe_down_kernel<W><<<dim3(unsigned((a.hidden + 2 * kWarps - 1) / (2 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a, vec_down);
 }
 
+// Block formats (W2 / MXFP4). Warp w of block (x, a) computes act columns j0 = 2 * (blockIdx.x *
+// kWarps + w) and j0 + 1 of active expert a from four weight rows (gate j0, gate j0 + 1, up j0,
+// up j0 + 1), R rows of activations per pass; inner is even (a multiple of 32).
+template <int kBits, int R>
+__global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs a) {
+  const int slot = blockIdx.y;
+  if (slot >= *a.active_count) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t j0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 2;
+  if (j0 >= a.inner) return;
+  const ExpertPointers e = a.table[a.active[slot]];
+  const int64_t row_bytes = a.hidden * kBits / 8, row_scales = a.hidden / 32;
+  const auto* codes = static_cast<const uint8_t*>(e.gate_up);
+  const int64_t w_rows[4] = {j0, j0 + 1, a.inner + j0, a.inner + j0 + 1};
+  const uint8_t* c[4];
+  const uint8_t* s[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    c[i] = codes + w_rows[i] * row_bytes;
+    s[i] = e.gate_up_scales + w_rows[i] * row_scales;
+  }
+  const int begin = a.ranges[slot], end = a.ranges[slot + 1];
+  for (int p0 = begin; p0 < end; p0 += R) {
+    const int rows = min(R, end - p0);
+    const float* x[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) x[r] = a.x + (a.order[p0 + min(r, rows - 1)] / a.top_k) * a.hidden;
+    float acc[R][4];
+    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.hidden), acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (lane == r * 2 + h && r < rows) {
+          const float g = acc[r][h];
+          a.act[(p0 + r) * a.inner + j0 + h] = g / (1.0f + expf(-g)) * acc[r][2 + h];
+        }
+  }
+}
+
+// Warp w of block (x, a) computes output columns 4 * (blockIdx.x * kWarps + w) + {0..3} (hidden
+// is a multiple of 32).
+template <int kBits, int R>
+__global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) {
+  const int slot = blockIdx.y;
+  if (slot >= *a.active_count) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 4;
+  if (n0 >= a.hidden) return;
+  const ExpertPointers e = a.table[a.active[slot]];
+  const int64_t row_bytes = a.inner * kBits / 8, row_scales = a.inner / 32;
+  const auto* codes = static_cast<const uint8_t*>(e.down);
+  const uint8_t* c[4];
+  const uint8_t* s[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    c[i] = codes + (n0 + i) * row_bytes;
+    s[i] = e.down_scales + (n0 + i) * row_scales;
+  }
+  const int begin = a.ranges[slot], end = a.ranges[slot + 1];
+  for (int p0 = begin; p0 < end; p0 += R) {
+    const int rows = min(R, end - p0);
+    const float* x[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) x[r] = a.act + int64_t(p0 + min(r, rows - 1)) * a.inner;
+    float acc[R][4];
+    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.inner), acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (lane == r * 4 + i && r < rows) a.item_out[int64_t(a.order[p0 + r]) * a.hidden + n0 + i] = acc[r][i];
+  }
+}
+
+template <int kBits, int R>
+void moe_quant_products_rows(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
+  moe_quant_gate_up_kernel<kBits, R>
+      <<<dim3(unsigned((a.inner + 2 * kWarps - 1) / (2 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a);
+  moe_quant_down_kernel<kBits, R>
+      <<<dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a);
+}
+
+// Rows per pass: the batch rounded up to a power of two (at most kMaxRows); an expert gets at
+// most one item per row, so one pass covers it, and decode keeps few accumulators.
+template <int kBits>
+void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
+  if (a.rows <= 1) {
+    moe_quant_products_rows<kBits, 1>(a, max_active, stream);
+  } else if (a.rows <= 2) {
+    moe_quant_products_rows<kBits, 2>(a, max_active, stream);
+  } else if (a.rows <= 4) {
+    moe_quant_products_rows<kBits, 4>(a, max_active, stream);
+  } else {
+    moe_quant_products_rows<kBits, kMaxRows>(a, max_active, stream);
+  }
+}
+
 }  // namespace
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
   moe_group_kernel<<<1, kGroupThreads, size_t(a.experts) * sizeof(int32_t), stream>>>(a);
-  if (a.w_bf16) {
+  if (a.format == kMoeW2) {
+    moe_quant_products<2>(a, max_active, stream);
+  } else if (a.format == kMoeFp4) {
+    moe_quant_products<4>(a, max_active, stream);
+  } else if (a.w_bf16) {
     moe_products<uint16_t>(a, max_active, stream);
   } else {
     moe_products<float>(a, max_active, stream);

@@ -7,9 +7,13 @@
 //   3. down: per active expert, y_item = act @ down^T, written at the item's own position;
 //   4. combine: out[row] = sum over the row's items in ascending expert order of weight * y_item
 //      (a fixed order: deterministic, and the CPU's order).
-// Expert weights are found through `table` (device memory, expert -> {gate_up, down} pointers),
-// read at run time, so a residency manager may rewrite it between steps and captured graphs stay
-// valid. Weights are BF16 or F32 (all experts of a layer alike); activations FP32.
+// Expert weights are found through `table` (device memory, expert -> {gate_up, down} pointers
+// and, for the block formats, their scale planes), read at run time, so a residency manager may
+// rewrite it between steps and captured graphs stay valid. Weights are BF16, F32, W2 or MXFP4
+// (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
+// scale planes [rows, cols / 32]); activations FP32, accumulation FP32. The block formats are
+// decoded in registers (byte-permute lookup tables) and summed per block of 32 before the one
+// multiply by the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,9 +22,14 @@
 
 namespace moet::cuda {
 
+// Weight formats of MoeArgs::format (the values of moet::ExpertFormat).
+enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2 };
+
 struct ExpertPointers {
-  const void* gate_up;  // [2 * inner, hidden]
-  const void* down;     // [hidden, inner]
+  const void* gate_up;            // [2 * inner, hidden] (dense) or codes [2 * inner, hidden * bits / 8]
+  const void* down;               // [hidden, inner] (dense) or codes [hidden, inner * bits / 8]
+  const uint8_t* gate_up_scales;  // block formats: UE8M0 [2 * inner, hidden / 32]; else null
+  const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
 };
 
 struct MoeArgs {
@@ -28,7 +37,8 @@ struct MoeArgs {
   const int32_t* expert_ids;    // [rows, top_k]
   const float* weights;         // [rows, top_k]
   const ExpertPointers* table;  // [experts]
-  bool w_bf16;
+  bool w_bf16;                  // dense weights: BF16 (else F32)
+  int32_t format;               // MoeFormat; block formats need hidden % 32 == inner % 32 == 0
   int64_t rows, top_k, experts, hidden, inner;
   // Scratch (device): order [rows*top_k], active [experts], ranges [experts + 1], count [1],
   // act [rows*top_k, inner], item_out [rows*top_k, hidden].
