@@ -16,6 +16,7 @@ using Actions = std::map<const CLI::App*, std::function<void()>>;
 void register_generate(CLI::App& app, Actions& actions);
 void register_inspect(CLI::App& app, Actions& actions);
 void register_bench(CLI::App& app, Actions& actions);
+void register_score(CLI::App& app, Actions& actions);
 void register_tokenize(CLI::App& app, Actions& actions);
 void register_chat_template(CLI::App& app, Actions& actions);
 void register_pack(CLI::App& app, Actions& actions);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   moet::cli::register_generate(app, actions);
   moet::cli::register_inspect(app, actions);
   moet::cli::register_bench(app, actions);
+  moet::cli::register_score(app, actions);
   moet::cli::register_tokenize(app, actions);
   moet::cli::register_chat_template(app, actions);
   moet::cli::register_pack(app, actions);

@@ -37,3 +37,25 @@ def test_default_w2_experts_stream_text(run_moet):
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.strip()) > 0
     assert "decode" in result.stderr
+
+
+def test_score_matches_transformers_nll_and_writes_logits(run_moet, tmp_path):
+    golden = GOLDEN["score"]
+    logits = tmp_path / "logits.f32"
+    result = run_moet("score", "--model", MODEL, "--text-file", REPO / golden["text_file"], "--experts", "native",
+                      "--logits-out", logits)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["tokens"] == golden["tokens"]
+    assert abs(report["mean_nll"] - golden["mean_nll"]) < 1e-4
+    assert logits.stat().st_size == 4 * (golden["tokens"] - 1) * report["vocab"]
+    # W2 experts cost some likelihood on a real model, but not much.
+    w2 = json.loads(run_moet("score", "--model", MODEL, "--text-file", REPO / golden["text_file"]).stdout)
+    assert w2["experts"] == "w2"
+    assert golden["mean_nll"] < w2["mean_nll"] < golden["mean_nll"] + 0.5
+
+
+def test_score_rejects_a_missing_file(run_moet):
+    result = run_moet("score", "--model", MODEL, "--text-file", "/nonexistent.txt")
+    assert result.returncode != 0
+    assert "/nonexistent.txt: cannot open" in result.stderr

@@ -1,0 +1,67 @@
+// `moet score`: teacher-forced perplexity of a text (or a token-id file) under a model, with the
+// experts stored as --experts says; --logits-out writes every position's logits as raw
+// little-endian float32 [tokens - 1, vocab] so tools can compare formats (KL divergence, top-1).
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "engine/scorer.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace moet::cli {
+namespace {
+
+struct ScoreFlags {
+  ModelOptions model;
+  std::string text_file;
+  int64_t max_tokens = 0;
+  std::string logits_out;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MOET_CHECK(in.good(), "{}: cannot open", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void run(const ScoreFlags& flags) {
+  const Tokenizer tokenizer = Tokenizer::from_dir(flags.model.model_dir);
+  std::vector<int32_t> ids = tokenizer.encode(read_all(flags.text_file));
+  if (flags.max_tokens > 0 && int64_t(ids.size()) > flags.max_tokens) ids.resize(size_t(flags.max_tokens));
+  LoadedModel loaded = load_model(flags.model);
+  const ScoreResult result = score(*loaded.model, ids, !flags.logits_out.empty());
+  if (!flags.logits_out.empty()) {
+    std::ofstream out(flags.logits_out, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(result.logits.data()), std::streamsize(result.logits.size() * sizeof(float)));
+    MOET_CHECK(out.good(), "{}: write failed", flags.logits_out);
+  }
+  const nlohmann::json report = {{"tokens", ids.size()},
+                                 {"experts", flags.model.experts.experts},
+                                 {"mean_nll", result.mean_nll()},
+                                 {"perplexity", result.perplexity()},
+                                 {"vocab", loaded.model->config().vocab_size}};
+  std::printf("%s\n", report.dump().c_str());
+}
+
+}  // namespace
+
+void register_score(CLI::App& app, Actions& actions) {
+  auto flags = std::make_shared<ScoreFlags>();
+  CLI::App* sub = app.add_subcommand("score", "teacher-forced perplexity of a text file (and optionally its logits)");
+  flags->model.add_to(*sub);
+  sub->add_option("--text-file", flags->text_file, "text to score, tokenized with the model's tokenizer")->required();
+  sub->add_option("--max-tokens", flags->max_tokens, "score only the first N tokens (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--logits-out", flags->logits_out,
+                  "write the logits of every scored position as raw float32 [tokens - 1, vocab]");
+  actions[sub] = [flags] { run(*flags); };
+}
+
+}  // namespace moet::cli

@@ -1,0 +1,28 @@
+// SingleSequence implementation (see single_sequence.h).
+#include "engine/single_sequence.h"
+
+#include "core/error.h"
+
+namespace moet {
+
+SingleSequence::SingleSequence(Model& model, int64_t tokens, int64_t block_size)
+    : pool((tokens + block_size - 1) / block_size, block_size),
+      cache(model.create_kv_cache(pool.total(), block_size)) {
+  MOET_CHECK(pool.ensure(table, tokens), "KV pool too small");
+}
+
+std::vector<float> SingleSequence::forward(Model& model, const std::vector<int32_t>& tokens, int64_t begin,
+                                           int64_t end, const std::vector<int32_t>& logit_rows) {
+  ForwardBatch batch;
+  for (int64_t pos = begin; pos < end; ++pos) {
+    batch.tokens.push_back(tokens[size_t(pos)]);
+    batch.positions.push_back(int32_t(pos));
+    batch.row_seq.push_back(0);
+    batch.slots.push_back(int64_t(table[size_t(pos / cache.block_size)]) * cache.block_size + pos % cache.block_size);
+  }
+  batch.block_tables.push_back(table.data());
+  batch.logit_rows = logit_rows;
+  return model.forward(batch, cache);
+}
+
+}  // namespace moet

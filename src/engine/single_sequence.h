@@ -1,0 +1,28 @@
+// Helpers for running one sequence through Model::forward outside the scheduler (generate,
+// score): the KV blocks a sequence of known length needs, and the batch of its rows
+// [begin, end) whose K/V go to the slots its block table gives.
+#pragma once
+
+#include "kv/block_pool.h"
+#include "models/model.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace moet {
+
+struct SingleSequence {
+  KvBlockPool pool;
+  KvCache cache;
+  std::vector<int32_t> table;
+
+  // Reserves KV blocks for `tokens` tokens.
+  SingleSequence(Model& model, int64_t tokens, int64_t block_size);
+  ~SingleSequence() { pool.release(table); }
+
+  // Forward of rows [begin, end) of `tokens`; logits of the rows listed (relative to begin).
+  std::vector<float> forward(Model& model, const std::vector<int32_t>& tokens, int64_t begin, int64_t end,
+                             const std::vector<int32_t>& logit_rows);
+};
+
+}  // namespace moet
