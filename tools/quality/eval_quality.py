@@ -11,7 +11,8 @@ expert tensors from `moet quantize-report` next to it. Writes JSON + Markdown (+
 matplotlib is installed).
 
 Usage: python3 tools/quality/eval_quality.py --model models/tiny --text FILE --prompts FILE
-         --out DIR [--moet build/moet] [--max-tokens N] [--greedy-tokens N] [--max-prompts N]
+         --out DIR [--moet build/moet] [--device cpu|cuda] [--max-tokens N] [--greedy-tokens N]
+         [--max-prompts N]
 Score at most the model's training context (--max-tokens; models/tiny was trained on 1024).
 """
 import argparse
@@ -81,11 +82,13 @@ def evaluate(args):
             work = pathlib.Path(tmp)
             model = pathlib.Path(args.model) if fmt is None else quantized_copy(args.moet, args.model, fmt, zero_mode, work)
             logits_file = work / "logits.f32"
-            score = json.loads(moet(args.moet, "score", "--model", model, "--experts", "native", "--text-file",
-                                    args.text, "--max-tokens", args.max_tokens, "--logits-out", logits_file))
+            score = json.loads(moet(args.moet, "score", "--model", model, "--experts", "native", "--device",
+                                    args.device, "--text-file", args.text, "--max-tokens", args.max_tokens,
+                                    "--logits-out", logits_file))
             logits = np.fromfile(logits_file, dtype=np.float32).reshape(-1, score["vocab"]).astype(np.float64)
-            greedy = [json.loads(moet(args.moet, "generate", "--model", model, "--experts", "native", "--prompt", p,
-                                      "--max-tokens", args.greedy_tokens, "--json"))["output_ids"] for p in prompts]
+            greedy = [json.loads(moet(args.moet, "generate", "--model", model, "--experts", "native", "--device",
+                                      args.device, "--prompt", p, "--max-tokens", args.greedy_tokens,
+                                      "--json"))["output_ids"] for p in prompts]
         if ref_logits is None:
             ref_logits, ref_greedy = logits, greedy
         kl_mean, kl_p99, top1 = kl_stats(ref_logits, logits)
@@ -135,6 +138,7 @@ def main():
     parser.add_argument("--prompts", required=True, help="prompts separated by blank lines")
     parser.add_argument("--out", required=True)
     parser.add_argument("--moet", default="build/moet")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where moet computes")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--greedy-tokens", type=int, default=32)
     parser.add_argument("--max-prompts", type=int, default=32)
