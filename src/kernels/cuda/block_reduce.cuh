@@ -26,6 +26,18 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* scratch) {
 struct SumOp {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
+
+// Per-lane partial dot products acc[r][j] summed across the warp (same tree as warp_reduce) for
+// the rows r < rows; `rows` must be uniform across the warp. Every lane holds the sums after.
+template <int R, int NW>
+__device__ __forceinline__ void warp_sum_rows(float (&acc)[R][NW], int rows) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+#pragma unroll
+    for (int j = 0; j < NW; ++j) acc[r][j] = warp_reduce(acc[r][j], SumOp{});
+  }
+}
 struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };

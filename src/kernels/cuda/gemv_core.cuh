@@ -7,6 +7,8 @@
 // aligned rows; otherwise the scalar path (lane-strided) is used.
 #pragma once
 
+#include "kernels/cuda/block_reduce.cuh"
+
 #include <cstdint>
 
 namespace moet::cuda {
@@ -97,14 +99,7 @@ __device__ __forceinline__ void warp_dot(const float* const (&x)[kMaxRows], int 
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
-    if (r >= rows) break;  // uniform across the warp
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], offset);
-  }
+  warp_sum_rows(acc, rows);
 }
 
 }  // namespace moet::cuda

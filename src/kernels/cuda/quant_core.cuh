@@ -16,6 +16,8 @@
 //       interleaves them into two BF16-like halves, unpacked with an AND and a shift.
 #pragma once
 
+#include "kernels/cuda/block_reduce.cuh"
+
 #include <cstdint>
 
 namespace moet::cuda {
@@ -139,14 +141,7 @@ __device__ __forceinline__ void quant_warp_dot(const float* const (&x)[R], int r
     }
     process(q0, s0, b);
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;  // uniform across the warp
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], offset);
-  }
+  warp_sum_rows(acc, rows);
 }
 
 }  // namespace moet::cuda

@@ -4,7 +4,7 @@
 // both) and of the golden's, greedy continuation identical to the golden where it is "robust",
 // and one decode step run twice giving bit-identical logits (the replay property the
 // expert-residency protocol relies on).
-#include "cuda_test_util.h"
+#include "gpu_test_util.h"
 
 #include "engine/generator.h"
 #include "io/checkpoint.h"

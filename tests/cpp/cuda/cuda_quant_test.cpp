@@ -4,7 +4,7 @@
 // pass), hidden/inner multiples of 32 that leave lanes idle (blocks per row not a multiple of
 // 32 or 64); plus run-to-run bit-identity. Results agree within FP32 rounding (the GPU sums a
 // block's 32 products in another order than the CPU). Skips with a message when no GPU is visible.
-#include "cuda_test_util.h"
+#include "gpu_test_util.h"
 
 #include <numeric>
 
@@ -41,28 +41,16 @@ void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_
     gpu_experts.push_back({gu.second, dn.second, format, gus.second, dns.second});
   }
   const ExpertSet cpu_set = p.cpu->expert_set(cpu_experts), gpu_set = p.gpu->expert_set(gpu_experts);
-  std::mt19937_64 rng(static_cast<uint64_t>(rows * 31 + bits));
-  std::vector<int32_t> ids;
-  for (int64_t t = 0; t < rows; ++t) {  // distinct experts per row; expert 0 in every row
-    std::vector<int32_t> all(static_cast<size_t>(experts));
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin() + 1, all.end(), rng);
-    ids.insert(ids.end(), all.begin(), all.begin() + top_k);
-  }
-  auto id_t = p.alloc({rows, top_k}, DType::i32);
-  p.cpu->from_host(ids.data(), id_t.first);
-  p.gpu->from_host(ids.data(), id_t.second);
-  auto w = p.activation(random_floats(size_t(rows * top_k), 300), {rows, top_k});
-  auto x = p.activation(random_floats(size_t(rows * hidden), 301), {rows, hidden});
+  const auto in = p.moe_inputs(rows, experts, top_k, hidden, static_cast<uint64_t>(rows * 31 + bits));
   auto out = p.alloc({rows, hidden});
-  p.cpu->moe_experts(x.first, cpu_set, id_t.first, w.first, out.first);
-  p.gpu->moe_experts(x.second, gpu_set, id_t.second, w.second, out.second);
+  p.cpu->moe_experts(in.x.first, cpu_set, in.ids.first, in.weights.first, out.first);
+  p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, out.second);
   const double diff = max_rel_diff(p, out);
   EXPECT_LT(diff, kTol) << (bits == 2 ? "W2" : "FP4") << " rows " << rows << " hidden " << hidden << " inner " << inner;
   std::printf("%s experts %ld top-%ld hidden %ld inner %ld rows %ld: max rel |cuda - cpu| = %.3g\n",
               bits == 2 ? "W2 " : "FP4", long(experts), long(top_k), long(hidden), long(inner), long(rows), diff);
   Tensor again = p.gpu->alloc({rows, hidden});
-  p.gpu->moe_experts(x.second, gpu_set, id_t.second, w.second, again);
+  p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, again);
   const auto a = host(*p.gpu, out.second), b = host(*p.gpu, again);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "run to run";
 }

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -51,6 +53,27 @@ struct BackendPair {
   }
   std::pair<Tensor, Tensor> alloc(std::vector<int64_t> shape, DType dtype = DType::f32) {
     return {cpu->alloc(shape, dtype), gpu->alloc(shape, dtype)};
+  }
+  // The inputs of one MoE call in both backends: routing of `rows` rows to `top_k` distinct experts
+  // each, expert 0 in every row (so one expert gets many rows) and the rest a seeded shuffle;
+  // random routing weights and activations.
+  struct MoeInputs {
+    std::pair<Tensor, Tensor> ids, weights, x;
+  };
+  MoeInputs moe_inputs(int64_t rows, int64_t experts, int64_t top_k, int64_t hidden, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < rows; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(experts));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin() + 1, all.end(), rng);
+      ids.insert(ids.end(), all.begin(), all.begin() + top_k);
+    }
+    MoeInputs in{alloc({rows, top_k}, DType::i32), activation(random_floats(size_t(rows * top_k), 300), {rows, top_k}),
+                 activation(random_floats(size_t(rows * hidden), 301), {rows, hidden})};
+    cpu->from_host(ids.data(), in.ids.first);
+    gpu->from_host(ids.data(), in.ids.second);
+    return in;
   }
   void begin_step(const StepInputs& step) {
     cpu->begin_step(step);
