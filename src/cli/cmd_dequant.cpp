@@ -1,6 +1,9 @@
 // `moet dequant`: one tensor of a checkpoint after quantizing it to a format and dequantizing,
 // written as raw little-endian float32, row-major [N, K] (K = last dim, blocks along K). Users
 // compare formats with it; the Python oracle tests compare it byte for byte with numpy.
+// --all-experts does the same for every routed-expert weight of the model (MoE layers and MTP
+// layers) in one run, tensors spread over --threads, and writes one safetensors file of F32
+// [N, K] tensors under their hub names (what the quality harness swaps into a model copy).
 // Formats: source (exact values), bf16, f16, fp8 (e4m3, 128x128 blocks), mxfp4, nvfp4, w2,
 // w2-asym. mxfp4 and w2 run the requantization the pack builder runs (MXFP4 sources keep
 // their scales); the others run the float64 reference quantizers of formats/.
@@ -13,9 +16,16 @@
 #include "formats/requant.h"
 #include "formats/sign_study.h"
 #include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
 #include "io/pack_source.h"
 
+#include <cstring>
+#include <exception>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 namespace moet::cli {
 namespace {
@@ -24,6 +34,7 @@ struct DequantOptions {
   std::string model, tensor, format = "w2", zero_mode = "auto", out;
   int64_t expert = -1;
   int threads = 0;
+  bool all_experts = false;
 };
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
@@ -49,7 +60,64 @@ std::vector<float> dequant(const SourceView& src, const DequantOptions& o, Threa
   fail("unknown format '{}' (expected source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2-asym)", o.format);
 }
 
+// Every routed-expert weight of the checkpoint in layer order: the MoE layers of the main model,
+// then the MTP (nextn) layers that ship routed experts.
+std::vector<std::string> routed_expert_names(const Checkpoint& ckpt) {
+  const ModelConfig config = model_config_parse(ckpt.config());
+  std::vector<std::string> names;
+  const int64_t layers = config.num_hidden_layers + config.num_nextn_predict_layers;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const bool main_layer = layer < config.num_hidden_layers;
+    if (main_layer && !config.layer_is_moe[size_t(layer)]) continue;
+    for (int64_t e = 0; e < config.n_routed_experts; ++e) {
+      const auto n = config.expert_tensor_names(layer, e);
+      for (const std::string& name : {n.gate, n.up, n.down})
+        if (main_layer || ckpt.find(name) != nullptr) names.push_back(name);
+    }
+  }
+  MOET_CHECK(!names.empty(), "{}: no routed-expert tensors", ckpt.dir().string());
+  return names;
+}
+
+void run_all_experts(const DequantOptions& o) {
+  const Checkpoint ckpt = Checkpoint::open(o.model);
+  const std::vector<std::string> names = routed_expert_names(ckpt);
+  std::vector<TensorToWrite> tensors(names.size());
+  ThreadPool pool(o.threads);
+  MOET_LOG_INFO("dequant {} routed-expert tensors -> {} ({} threads)", names.size(), o.format, pool.size());
+  // One tensor per work item, each quantized single-threaded: the quantizers give the same bits
+  // for any thread count, so the file equals the per-tensor runs byte for byte.
+  std::mutex error_mutex;
+  std::exception_ptr error;  // the first failure, rethrown here (workers must not throw)
+  pool.parallel_for(names.size(), [&](size_t begin, size_t end) {
+    ThreadPool inner(1);
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        const SourceView src = checkpoint_source_view(ckpt, names[i]);
+        const std::vector<float> values = dequant(src, o, inner);
+        TensorToWrite& t = tensors[i];
+        t.name = names[i];
+        t.dtype = DType::f32;
+        t.shape = {src.rows, src.cols};
+        t.bytes.resize(values.size() * sizeof(float));
+        std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        return;
+      }
+    }
+  });
+  if (error) std::rethrow_exception(error);
+  safetensors_write(o.out, tensors);
+}
+
 void run(const DequantOptions& o) {
+  if (o.all_experts) {
+    MOET_CHECK(o.tensor.empty() && o.expert < 0, "--all-experts takes no --tensor or --expert");
+    return run_all_experts(o);
+  }
+  MOET_CHECK(!o.tensor.empty(), "give --tensor NAME or --all-experts");
   const Checkpoint ckpt = Checkpoint::open(o.model);
   const SourceView src = checkpoint_source_view(ckpt, o.tensor, o.expert);
   MOET_LOG_INFO("dequant {}: {} [{}, {}] -> {}", o.tensor, source_format_name(src.format), src.rows, src.cols, o.format);
@@ -65,14 +133,20 @@ void run(const DequantOptions& o) {
 
 void register_dequant(CLI::App& app, Actions& actions) {
   auto o = std::make_shared<DequantOptions>();
-  CLI::App* sub = app.add_subcommand("dequant", "write a tensor quantized to a format and dequantized, as raw float32");
+  CLI::App* sub = app.add_subcommand(
+      "dequant", "write a tensor (or every routed expert) quantized to a format and dequantized, as float32");
   sub->add_option("--model", o->model, "model folder: config.json + *.safetensors")->required();
-  sub->add_option("--tensor", o->tensor, "hub tensor name (X.weight, or X_blocks for gpt-oss MXFP4)")->required();
+  sub->add_option("--tensor", o->tensor, "hub tensor name (X.weight, or X_blocks for gpt-oss MXFP4)");
+  sub->add_flag("--all-experts", o->all_experts,
+                "every routed-expert weight of the model (MoE and MTP layers) instead of one --tensor; "
+                "--out is then one safetensors file of F32 [N, K] tensors under their hub names");
   sub->add_option("--format", o->format, "source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2-asym")->required();
   sub->add_option("--zero-mode", o->zero_mode, "sign of exact zeros in w2: auto|sign|alt");
   sub->add_option("--expert", o->expert, "expert index into a fused [E, ...] tensor");
-  sub->add_option("--threads", o->threads, "worker threads (0 = one per core)");
-  sub->add_option("--out", o->out, "output file (raw little-endian float32, row-major)")->required();
+  sub->add_option("--threads", o->threads, "worker threads (0 = one per core); same bits for any count");
+  sub->add_option("--out", o->out,
+                  "output file: raw little-endian float32, row-major (--tensor) or safetensors (--all-experts)")
+      ->required();
   actions[sub] = [o] { run(*o); };
 }
 

@@ -1,30 +1,34 @@
 """Quality harness: how much each routed-expert format costs a model, measured with moet itself.
 
 For every format (bf16 = the checkpoint, fp8, mxfp4, nvfp4, w2 with each zero mode, w2-asym) the
-routed experts of the model are replaced by their quantize-then-dequantize values (`moet dequant`,
-the reference quantizers) and stored as F32 in a copy of the checkpoint; everything else is left
-as shipped. Each copy is scored teacher-forced on a held-out text (`moet score --experts native
---logits-out`) and continued greedily from a set of prompts (`moet generate --experts native`).
+routed experts of the model are replaced by their quantize-then-dequantize values (one `moet
+dequant --all-experts` run per format: the reference quantizers) and stored as F32 in a copy of
+the checkpoint; everything else is left as shipped. Each copy is scored teacher-forced on a
+held-out text (`moet score --experts native --logits-out`) and continued greedily from a set of
+prompts (one `moet generate --experts native --prompts-file` run: the model is loaded once).
 Reported per format: perplexity, mean and p99 KL(bf16 || format) over positions, top-1 agreement
 with bf16, mean exact-match length of the greedy continuations, and the mean sign bias of the
 expert tensors from `moet quantize-report` next to it. Writes JSON + Markdown (+ a PNG when
-matplotlib is installed).
+matplotlib is installed), rewritten after every format so an interrupted run keeps what it has.
+Needs only numpy (safetensors files are read and written here byte by byte; no ml_dtypes).
 
 Usage: python3 tools/quality/eval_quality.py --model models/tiny --text FILE --prompts FILE
          --out DIR [--moet build/moet] [--device cpu|cuda] [--max-tokens N] [--greedy-tokens N]
-         [--max-prompts N]
+         [--max-prompts N] [--threads N] [--work DIR]
 Score at most the model's training context (--max-tokens; models/tiny was trained on 1024).
 """
 import argparse
 import json
+import mmap
+import os
 import pathlib
 import shutil
+import struct
 import subprocess
 import tempfile
+import time
 
-import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, for safetensors.numpy)
 import numpy as np
-from safetensors.numpy import load_file, save_file
 
 FORMATS = [("bf16", None, None), ("fp8", "fp8", None), ("mxfp4", "mxfp4", None), ("nvfp4", "nvfp4", None),
            ("w2-auto", "w2", "auto"), ("w2-sign", "w2", "sign"), ("w2-alt", "w2", "alt"), ("w2-asym", "w2-asym", "auto")]
@@ -37,30 +41,73 @@ def moet(binary, *args):
     return result.stdout
 
 
-def expert_names(model_dir):
-    """Routed-expert weight names of every shard, by shard file."""
-    by_file = {}
-    for path in sorted(pathlib.Path(model_dir).glob("*.safetensors")):
-        for name in load_file(str(path)):
-            if ".experts." in name and name.endswith(".weight"):
-                by_file.setdefault(path.name, []).append(name)
-    return by_file
+class Safetensors:
+    """A safetensors file, memory-mapped: header entries and each tensor's raw bytes."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        (n,) = struct.unpack("<Q", self.map[:8])
+        self.header = json.loads(self.map[8:8 + n])
+        self.metadata = self.header.pop("__metadata__", None)
+        self.base = 8 + n
+
+    def raw(self, name):
+        begin, end = self.header[name]["data_offsets"]
+        return memoryview(self.map)[self.base + begin:self.base + end]
 
 
-def quantized_copy(binary, model_dir, fmt, zero_mode, work):
+def write_safetensors(path, entries, metadata):
+    """entries: (name, dtype, shape, bytes-like) in file order."""
+    header, offset = {}, 0
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, _, _, data in entries:
+            f.write(data)
+
+
+def quantized_copy(args, fmt, zero_mode, work):
     """A copy of the checkpoint whose routed experts hold the format's dequantized values (F32)."""
+    experts_file = work / "experts.safetensors"
+    dq = ["dequant", "--model", args.model, "--all-experts", "--format", fmt, "--out", experts_file]
+    if zero_mode:
+        dq += ["--zero-mode", zero_mode]
+    if args.threads:
+        dq += ["--threads", args.threads]
+    moet(args.moet, *dq)
+    experts = Safetensors(experts_file)
     out = work / "model"
-    shutil.copytree(model_dir, out)
-    for file, names in expert_names(model_dir).items():
-        tensors = load_file(str(out / file))
-        for name in names:
-            raw = work / "t.f32"
-            args = ["dequant", "--model", model_dir, "--tensor", name, "--format", fmt, "--out", raw]
-            if zero_mode:
-                args += ["--zero-mode", zero_mode]
-            moet(binary, *args)
-            tensors[name] = np.fromfile(raw, dtype=np.float32).reshape(tensors[name].shape)
-        save_file(tensors, str(out / file), metadata={"format": "pt"})
+    out.mkdir()
+    used = set()
+    for path in sorted(pathlib.Path(args.model).iterdir()):
+        if path.is_dir():
+            continue
+        if path.suffix != ".safetensors":
+            shutil.copyfile(path, out / path.name)
+            continue
+        shard = Safetensors(path)
+        entries = []
+        for name, info in sorted(shard.header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            if name in experts.header:
+                new = experts.header[name]
+                if new["shape"] != info["shape"]:
+                    raise RuntimeError(f"{name}: dequant shape {new['shape']} != checkpoint shape {info['shape']}")
+                entries.append((name, new["dtype"], new["shape"], experts.raw(name)))
+                used.add(name)
+            else:
+                entries.append((name, info["dtype"], info["shape"], shard.raw(name)))
+        write_safetensors(out / path.name, entries, shard.metadata)
+    missing = set(experts.header) - used
+    if missing:
+        raise RuntimeError(f"dequantized tensors not in any shard: {sorted(missing)[:3]}")
     return out
 
 
@@ -74,21 +121,25 @@ def kl_stats(ref_logits, logits):
     return float(kl.mean()), float(np.percentile(kl, 99)), float(top1)
 
 
-def evaluate(args):
-    prompts = [p for p in pathlib.Path(args.prompts).read_text().split("\n\n") if p.strip()][: args.max_prompts]
-    results, ref_logits, ref_greedy = [], None, None
+def evaluate(args, on_result=lambda results, timings: None):
+    """Scores every format; on_result(results, timings) runs after each one (partial reports)."""
+    results, timings, ref_logits, ref_greedy = [], {}, None, None
     for label, fmt, zero_mode in FORMATS:
-        with tempfile.TemporaryDirectory() as tmp:
+        start = time.time()
+        with tempfile.TemporaryDirectory(dir=args.work) as tmp:
             work = pathlib.Path(tmp)
-            model = pathlib.Path(args.model) if fmt is None else quantized_copy(args.moet, args.model, fmt, zero_mode, work)
+            model = pathlib.Path(args.model) if fmt is None else quantized_copy(args, fmt, zero_mode, work)
+            copied = time.time()
             logits_file = work / "logits.f32"
             score = json.loads(moet(args.moet, "score", "--model", model, "--experts", "native", "--device",
                                     args.device, "--text-file", args.text, "--max-tokens", args.max_tokens,
                                     "--logits-out", logits_file))
             logits = np.fromfile(logits_file, dtype=np.float32).reshape(-1, score["vocab"]).astype(np.float64)
-            greedy = [json.loads(moet(args.moet, "generate", "--model", model, "--experts", "native", "--device",
-                                      args.device, "--prompt", p, "--max-tokens", args.greedy_tokens,
-                                      "--json"))["output_ids"] for p in prompts]
+            scored = time.time()
+            lines = moet(args.moet, "generate", "--model", model, "--experts", "native", "--device", args.device,
+                         "--prompts-file", args.prompts, "--max-prompts", args.max_prompts, "--max-tokens",
+                         args.greedy_tokens, "--json").splitlines()
+            greedy = [json.loads(line)["output_ids"] for line in lines]
         if ref_logits is None:
             ref_logits, ref_greedy = logits, greedy
         kl_mean, kl_p99, top1 = kl_stats(ref_logits, logits)
@@ -96,8 +147,12 @@ def evaluate(args):
         results.append({"format": label, "perplexity": score["perplexity"], "kl_mean": kl_mean, "kl_p99": kl_p99,
                         "top1_agreement": top1, "greedy_match_mean": float(np.mean(match)),
                         "greedy_tokens": args.greedy_tokens, "tokens_scored": score["tokens"] - 1})
-        print(json.dumps(results[-1]))
-    return results
+        timings[label] = {"quantized_copy": round(copied - start, 2), "score": round(scored - copied, 2),
+                          "generate": round(time.time() - scored, 2), "prompts": len(greedy)}
+        print(json.dumps(results[-1]), flush=True)
+        print(f"  {label}: {json.dumps(timings[label])}", flush=True)
+        on_result(results, timings)
+    return results, timings
 
 
 def sign_bias(args):
@@ -108,10 +163,13 @@ def sign_bias(args):
         return json.loads(path.read_text())["summary"]
 
 
-def write_reports(args, results, bias):
+def write_reports(args, results, bias, timings=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "quality.json").write_text(json.dumps({"model": args.model, "formats": results, "sign_bias": bias}, indent=1) + "\n")
+    report = {"model": args.model, "formats": results, "sign_bias": bias}
+    if timings is not None:
+        report["seconds"] = timings
+    (out / "quality.json").write_text(json.dumps(report, indent=1) + "\n")
     lines = ["| format | perplexity | KL mean | KL p99 | top-1 agree | greedy match (of %d) |" % args.greedy_tokens,
              "|---|---|---|---|---|---|"]
     for r in results:
@@ -127,6 +185,7 @@ def write_reports(args, results, bias):
         ax.set_ylabel("mean KL vs bf16")
         fig.tight_layout()
         fig.savefig(out / "quality.png", dpi=120)
+        plt.close(fig)
     except ImportError:
         pass
 
@@ -142,9 +201,17 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--greedy-tokens", type=int, default=32)
     parser.add_argument("--max-prompts", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=0, help="moet dequant threads (0 = one per core)")
+    parser.add_argument("--work", default=None, help="folder for the quantized model copies (default: the system's temp)")
     args = parser.parse_args()
-    results = evaluate(args)
-    write_reports(args, results, sign_bias(args))
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
+    results, timings = evaluate(args, lambda r, t: write_reports(args, r, None, t))
+    start = time.time()
+    bias = sign_bias(args)
+    timings["sign_bias"] = round(time.time() - start, 2)
+    print(f"  sign bias: {timings['sign_bias']} s", flush=True)
+    write_reports(args, results, bias, timings)
 
 
 if __name__ == "__main__":

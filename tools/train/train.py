@@ -74,7 +74,7 @@ PRESETS = {
                    routed_scaling_factor=2.5, q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=64,
                    qk_rope_head_dim=32, v_head_dim=64, first_k_dense_replace=1, max_position_embeddings=4096,
                    rope_theta=10000.0),
-        train=dict(seq_len=1024, batch=64, lr=1.5e-3, min_lr_frac=0.1, warmup=300, steps=20000,
+        train=dict(seq_len=1024, batch=64, lr=8e-4, min_lr_frac=0.1, warmup=150, steps=20000,
                    eval_every=1000, ckpt_every=1000),
         tokenizer="models/tiny",
     ),
@@ -364,10 +364,13 @@ def load_hub_tensors(folder):
 
 # ----------------------------------------------------------------------------- training helpers
 
-def lr_at(step, total, warmup, lr, min_frac):
+def lr_at(step, total, warmup, lr, min_frac, time_frac=0.0):
+    """Warmup, then cosine decay to min_frac; with a time limit the decay follows whichever of the
+    step count and the elapsed fraction of the limit (time_frac) is further along, so a run cut by
+    --time-limit still ends annealed."""
     if step < warmup:
         return lr * (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, total - warmup))
+    p = min(1.0, max((step - warmup) / max(1, total - warmup), time_frac))
     return lr * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
@@ -652,12 +655,14 @@ def main():
     mtp.train()
     t_start = time.time() - train_time
     stopped_early = False
+    skipped = 0
     while step < total:
         if args.time_limit and time.time() - t_start > args.time_limit:
             log(f"time limit reached at step {step}")
             stopped_early = True
             break
-        lr = lr_at(step, total, tcfg["warmup"], tcfg["lr"], tcfg["min_lr_frac"])
+        time_frac = (time.time() - t_start) / args.time_limit if args.time_limit else 0.0
+        lr = lr_at(step, total, tcfg["warmup"], tcfg["lr"], tcfg["min_lr_frac"], time_frac)
         for gi in opt.param_groups:
             gi["lr"] = lr
         x = batch_for_step(train_tok, step, B, T + 2, args.seed)
@@ -666,11 +671,17 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        with torch.no_grad():  # bias_e += gamma * sign(mean_load - load_e)
-            for i, (_, g) in enumerate(rts):
-                c = counts[i]
-                g.e_score_correction_bias.add_(args.bias_gamma * torch.sign(c.mean() - c))
+        if not torch.isfinite(gnorm):  # a non-finite loss or gradient: skip the update, keep the weights
+            skipped += 1
+            log(f"step {step}: non-finite loss/gradient, update skipped ({skipped} so far)")
+            if skipped > 20:
+                raise RuntimeError("more than 20 non-finite steps: training diverged")
+        else:
+            opt.step()
+            with torch.no_grad():  # bias_e += gamma * sign(mean_load - load_e)
+                for i, (_, g) in enumerate(rts):
+                    c = counts[i]
+                    g.e_score_correction_bias.add_(args.bias_gamma * torch.sign(c.mean() - c))
         step += 1
         if step % 10 == 0 or step == 1 or step == total:
             ml = (counts.max(1).values / counts.mean(1)).max().item()
