@@ -7,6 +7,9 @@
 // positions, KV slots, block tables) once; embedding, rope, kv_write and attention read them
 // from there, so a GPU backend uploads them in one copy per step and a captured graph reads
 // them at fixed device addresses (docs/design.md, "CUDA backend").
+// A forward whose shape recurs (a decode step) can go through run_graph(): a backend with CUDA
+// graphs captures the work it enqueues once per key and replays it afterwards; the others just
+// run it. set_profiling()/take_profile() time every op (the per-op profile of `moet bench`).
 #pragma once
 
 #include "backend/tensor.h"
@@ -15,7 +18,9 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 
+#include <compare>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +61,32 @@ struct StepInputs {
   int64_t sequences = 0;
   const int32_t* const* block_tables = nullptr;
   int64_t block_size = 0;  // of the KV caches the tables index
+  int64_t vocab = 0;       // > 0: begin_step() checks every token id is in [0, vocab) (replayed
+                           // steps never call embedding(), so the check cannot live there)
+};
+
+// Identifies a captured forward (run_graph): every host value the caller bakes into the work it
+// enqueues besides the step inputs (which sit at fixed device addresses): the model, the memory of
+// the KV cache it writes, the rows whose logits it returns. The backend adds its own step layout
+// (rows, sequences, block-table stride, block size) from begin_step().
+struct GraphKey {
+  std::vector<int64_t> values;
+  auto operator<=>(const GraphKey&) const = default;
+};
+
+struct GraphStats {
+  int64_t captures = 0;   // graphs captured and instantiated
+  int64_t replays = 0;    // launches of an already captured graph
+  int64_t failures = 0;   // captures that failed (that key then runs eagerly)
+  int64_t cached = 0;     // graphs held now
+};
+
+// One row of the per-op profile: an op and its shape class ("matmul[n=151936,k=4096]"), how many
+// calls and the time they took (the CUDA backend: GPU time between CUDA events around the op).
+struct OpProfile {
+  std::string op;
+  int64_t calls = 0;
+  double seconds = 0.0;
 };
 
 // A KV cache for one layer, in the layout PagedKv describes (storage owned by the backend).
@@ -123,6 +154,33 @@ class Backend {
   // -> y [rows, heads, y_stride] (first n floats of each head written).
   virtual void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
                            Tensor& y, int64_t y_stride) = 0;
+
+  // Runs a forward after begin_step(): body() enqueues its ops and returns the output tensor.
+  // With graphs on, the CUDA backend captures the work body() enqueues the first time it sees
+  // `key` with the current step layout (the returned tensor then lives in memory the graph owns)
+  // and later replays it without calling body(); the caller copies the output with to_host()
+  // before the next forward. body() must be replay-safe (docs/design.md, "CUDA graphs"): no host
+  // value that changes between steps of one key may reach a launch. Other backends, and CUDA
+  // with graphs off, call body() every time.
+  virtual Tensor run_graph(const GraphKey& key, const std::function<Tensor()>& body) {
+    (void)key;
+    return body();
+  }
+  // Turns graph capture/replay on or off; returns whether it is on now (false: not supported).
+  virtual bool set_graphs(bool enabled) {
+    (void)enabled;
+    return false;
+  }
+  virtual bool graphs() const { return false; }
+  virtual GraphStats graph_stats() const { return {}; }
+  // Destroys every captured graph (their memory goes back to the backend's cache).
+  virtual void clear_graphs() {}
+
+  // Per-op profile of the ops run while on (a captured graph's replay counts as one op,
+  // "cuda_graph[rows=N]"); take_profile() returns what was gathered since the last call, most
+  // time first, and clears it. Profiling never changes results.
+  virtual void set_profiling(bool on) { (void)on; }
+  virtual std::vector<OpProfile> take_profile() { return {}; }
 };
 
 }  // namespace moet

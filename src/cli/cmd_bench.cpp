@@ -1,21 +1,32 @@
 // `moet bench`: decode throughput of a model on the CPU or a GPU (--device; a folder, or a
 // config.json with random weights and optionally fewer layers, so full-size shapes fit in memory)
-// next to the copy bandwidth of the memory it computes from, measured by the backend in the same run. Bytes read per decode token = every weight except the embedding table, with
-// routed experts counted top_k / n_experts (what one token reads); achieved bandwidth = that
-// times tokens/s; the ratio to the backend's copy bandwidth (a STREAM-like multi-threaded copy on
-// the CPU, a device-to-device copy on the GPU; bytes read + written) says how close decode is to
-// the memory roofline.
+// next to the copy bandwidth of the memory it computes from, measured by the backend in the same
+// run. Bytes read per decode token = every weight except the embedding table, with routed experts
+// counted top_k / n_experts (what one token reads); achieved bandwidth = that times tokens/s; the
+// ratio to the backend's copy bandwidth (a STREAM-like multi-threaded copy on the CPU, a
+// device-to-device copy on the GPU; bytes read + written) says how close decode is to the memory
+// roofline.
+//
+// One sequence: the prompt is prefilled, then the same decode steps (positions prompt ..
+// prompt + decode - 1, greedy tokens fixed by the first pass) run in passes over one KV cache:
+// with CUDA graphs on (cuda, --cuda-graphs on), a first pass captures the graphs, a second is
+// timed (decode_tokens_per_s) and an eager pass with graphs off is timed next to it
+// (decode_tokens_per_s_graphs_off), whose logits must be bit-identical to the graph pass's;
+// otherwise one eager pass is timed. --profile (or MOET_CUDA_PROFILE=1) adds an eager pass with
+// the backend's per-op profile on: a table on stderr and "profile" in the JSON.
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "engine/generator.h"
+#include "engine/single_sequence.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -31,12 +42,48 @@ struct BenchFlags {
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   double copy_gib = 1.0;
+  bool profile = false;
   std::string json_out;
 };
+
+constexpr int64_t kBlockSize = 16;
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  return int32_t(std::max_element(logits, logits + vocab) - logits);  // first maximum: lowest id on ties
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct DecodePass {
+  double seconds = 0.0;
+  std::vector<float> logits;  // every step's, in order
+};
+
+void write_profile_table(const nlohmann::json& profile) {
+  std::fprintf(stderr, "\nper-op profile: eager decode, %lld steps (%s)\n", static_cast<long long>(profile["steps"]),
+               profile["clock"].get<std::string>().c_str());
+  std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/token", "us/token", "share");
+  for (const auto& op : profile["ops"])
+    std::fprintf(stderr, "%-44s %12.2f %12.2f %7.1f%%\n", op["op"].get<std::string>().c_str(),
+                 op["calls_per_token"].get<double>(), op["us_per_token"].get<double>(), 100.0 * op["share"].get<double>());
+  std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", profile["total_us_per_token"].get<double>(), 100.0);
+  for (const char* key : {"decode_step_us", "decode_step_us_graphs_off"})
+    if (profile.contains(key))
+      std::fprintf(stderr, "%-44s %12s %12.2f\n",
+                   std::strcmp(key, "decode_step_us") == 0 ? "decode step as timed (1 / tokens/s)"
+                                                           : "decode step with graphs off",
+                   "", profile[key].get<double>());
+}
 
 void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
   auto backend = backend_create(flags.device);
+  const char* profile_env = std::getenv("MOET_CUDA_PROFILE");
+  const bool profile = flags.profile || (profile_env != nullptr && std::strcmp(profile_env, "0") != 0);
+  backend->set_profiling(false);  // the timed passes run without it; the profile pass turns it on
+  const bool graphs = flags.device.device == "cuda" && flags.device.cuda_graphs == "on" && backend->graphs();
   const double copy_gbs = backend->copy_bandwidth(size_t(flags.copy_gib * double(1ull << 30)));
   std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %s)\n", copy_gbs, backend->name().c_str());
 
@@ -54,19 +101,38 @@ void run(const BenchFlags& flags) {
     model = model_load_random(config, *backend, 1234, &stats, flags.experts.resolve());
   }
   const ModelConfig& mc = model->config();
+  const int64_t vocab = mc.vocab_size;
   const double routed_share = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
   const double bytes_per_token =
       double(stats.bytes - stats.embedding_bytes - stats.routed_bytes) + double(stats.routed_bytes) * routed_share;
 
-  std::vector<int32_t> prompt;
-  for (int64_t i = 0; i < flags.prompt_tokens; ++i) prompt.push_back(int32_t((i * 7919) % mc.vocab_size));
-  GenerateOptions options;
-  options.max_tokens = flags.decode_tokens + 1;
-  options.max_model_len = flags.prompt_tokens + options.max_tokens;
-  const GenerateResult result = generate(*model, prompt, options);
-  const double decode_tps = double(result.output_ids.size() - 1) / result.decode_seconds;
-  const double prefill_tps = double(prompt.size()) / result.prefill_seconds;
-  const double achieved_gbs = bytes_per_token * decode_tps / 1e9;
+  const int64_t prompt_len = flags.prompt_tokens, steps = flags.decode_tokens;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < prompt_len; ++i) tokens.push_back(int32_t((i * 7919) % vocab));
+  SingleSequence sequence(*model, prompt_len + steps, kBlockSize);
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<float> prompt_logits =
+      sequence.forward(*model, tokens, 0, prompt_len, {int32_t(prompt_len - 1)});
+  const double prefill_seconds = seconds_since(start);
+  tokens.push_back(argmax(prompt_logits.data(), vocab));
+
+  // Decode steps at positions prompt_len .. prompt_len + steps - 1; the first pass appends the
+  // greedy tokens, later passes feed the same ones (and rewrite the same KV slots).
+  const auto pass = [&](bool graphs_on, bool keep_logits) {
+    backend->set_graphs(graphs_on);
+    DecodePass result;
+    if (keep_logits) result.logits.reserve(size_t(steps * vocab));
+    const auto begin = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < steps; ++i) {
+      const int64_t pos = prompt_len + i;
+      const std::vector<float> logits = sequence.forward(*model, tokens, pos, pos + 1, {0}, true);
+      if (int64_t(tokens.size()) == pos + 1) tokens.push_back(argmax(logits.data(), vocab));
+      if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
+    }
+    result.seconds = seconds_since(begin);
+    return result;
+  };
+
   nlohmann::json report = {
       {"model", flags.model_dir.empty() ? flags.config_file : flags.model_dir},
       {"family", mc.family},
@@ -75,12 +141,64 @@ void run(const BenchFlags& flags) {
       {"experts", flags.experts.experts},
       {"weights_gb", double(stats.bytes) / 1e9},
       {"bytes_per_decode_token", bytes_per_token},
-      {"prefill_tokens_per_s", prefill_tps},
-      {"decode_tokens_per_s", decode_tps},
-      {"decode_gb_per_s", achieved_gbs},
+      {"prefill_tokens_per_s", double(prompt_len) / prefill_seconds},
+      {"decode_steps", steps},
       {"copy_gb_per_s", copy_gbs},
-      {"decode_fraction_of_copy", achieved_gbs / copy_gbs},
+      {"cuda_graphs", graphs ? "on" : "off"},
   };
+  double decode_tps = 0.0, eager_tps = 0.0;
+  if (graphs) {
+    const DecodePass first = pass(true, true);  // captures every (batch 1, context bucket) graph
+    const DecodePass timed = pass(true, true);
+    const DecodePass eager = pass(false, true);
+    decode_tps = double(steps) / timed.seconds;
+    eager_tps = double(steps) / eager.seconds;
+    const auto same = [](const DecodePass& a, const DecodePass& b) {
+      return a.logits.size() == b.logits.size() &&
+             std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+    };
+    const GraphStats gs = backend->graph_stats();
+    report["decode_tokens_per_s_first_graph_pass"] = double(steps) / first.seconds;
+    report["decode_tokens_per_s_graphs_off"] = eager_tps;
+    report["decode_gb_per_s_graphs_off"] = bytes_per_token * eager_tps / 1e9;
+    report["decode_fraction_of_copy_graphs_off"] = bytes_per_token * eager_tps / 1e9 / copy_gbs;
+    report["graph_speedup"] = decode_tps / eager_tps;
+    report["graph_logits_identical"] = same(first, timed) && same(timed, eager);
+    report["graph_captures"] = gs.captures;
+    report["graph_replays"] = gs.replays;
+    report["graph_failures"] = gs.failures;
+  } else {
+    decode_tps = double(steps) / pass(false, false).seconds;
+  }
+  const double achieved_gbs = bytes_per_token * decode_tps / 1e9;
+  report["decode_tokens_per_s"] = decode_tps;
+  report["decode_gb_per_s"] = achieved_gbs;
+  report["decode_fraction_of_copy"] = achieved_gbs / copy_gbs;
+
+  if (profile) {
+    backend->take_profile();  // drop what earlier steps gathered (MOET_CUDA_PROFILE profiles from the start)
+    backend->set_profiling(true);
+    pass(false, false);
+    backend->set_profiling(false);
+    const std::vector<OpProfile> ops = backend->take_profile();
+    double total = 0.0;
+    for (const OpProfile& op : ops) total += op.seconds;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const OpProfile& op : ops)
+      rows.push_back({{"op", op.op},
+                      {"calls_per_token", double(op.calls) / double(steps)},
+                      {"us_per_token", op.seconds * 1e6 / double(steps)},
+                      {"share", total > 0.0 ? op.seconds / total : 0.0}});
+    nlohmann::json p = {{"steps", steps},
+                        {"clock", flags.device.device == "cuda" ? "GPU time between CUDA events, each op gated"
+                                                                 : "host wall time per op"},
+                        {"ops", rows},
+                        {"total_us_per_token", total * 1e6 / double(steps)},
+                        {"decode_step_us", 1e6 / decode_tps}};
+    if (graphs) p["decode_step_us_graphs_off"] = 1e6 / eager_tps;
+    write_profile_table(p);
+    report["profile"] = p;
+  }
   std::printf("%s\n", report.dump(2).c_str());
   if (!flags.json_out.empty()) {
     FILE* out = std::fopen(flags.json_out.c_str(), "w");
@@ -103,6 +221,10 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);
+  sub->add_flag("--profile", flags->profile,
+                "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "
+                "each op from CUDA events; cpu: wall time) and print a table of op, calls and microseconds per "
+                "token and share of the step (also MOET_CUDA_PROFILE=1)");
   sub->add_option("--json-out", flags->json_out, "also write the report to this file");
   actions[sub] = [flags] { run(*flags); };
 }

@@ -25,12 +25,19 @@ void DeviceOptions::add_to(CLI::App& sub) {
                  "large card stand in for a smaller one")
       ->envname("MOET_GPU_MEMORY_LIMIT")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--cuda-graphs", cuda_graphs,
+                 "cuda: on = each decode step shape (batch size, context bucket) is captured in a CUDA graph the "
+                 "first time and replayed after, one launch per step instead of one per op (same results); "
+                 "off = every op launched one by one (eager), for debugging and comparison")
+      ->envname("MOET_CUDA_GRAPHS")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
   if (options.device == "cpu") return cpu_backend_create(options.threads);
 #ifdef MOET_HAVE_CUDA
-  return cuda_backend_create({0, options.gpu_memory_utilization, options.gpu_memory_limit_gib});
+  return cuda_backend_create(
+      {0, options.gpu_memory_utilization, options.gpu_memory_limit_gib, options.cuda_graphs == "on"});
 #else
   fail("--device {}: this moet was built without CUDA (nvcc was not found at configure time)", options.device);
 #endif

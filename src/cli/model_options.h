@@ -21,6 +21,7 @@ struct DeviceOptions {
   int threads = 0;
   double gpu_memory_utilization = 0.9;
   double gpu_memory_limit_gib = 0.0;
+  std::string cuda_graphs = "on";
 
   void add_to(CLI::App& sub);
 };

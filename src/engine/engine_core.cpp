@@ -155,6 +155,9 @@ int64_t EngineCore::step() {
   if (plan.chunks.empty()) return 0;
   ForwardBatch batch;
   const int64_t bs = config_.block_size;
+  // A step of one sampled token per sequence (decode) may replay a captured CUDA graph.
+  batch.decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                             [](const ScheduledChunk& chunk) { return chunk.count == 1 && chunk.samples(); });
   for (const ScheduledChunk& chunk : plan.chunks) {
     const int32_t seq_index = int32_t(batch.block_tables.size());
     batch.block_tables.push_back(chunk.seq->blocks.data());

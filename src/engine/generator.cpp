@@ -48,7 +48,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
   for (int64_t step = 0; step < options.max_tokens; ++step) {
     if (step > 0) {
       const int64_t pos = int64_t(tokens.size()) - 1;
-      logits = sequence.forward(model, tokens, pos, pos + 1, {0});
+      logits = sequence.forward(model, tokens, pos, pos + 1, {0}, true);
     }
     const int32_t next = sampler.sample(logits.data(), config.vocab_size).token;
     tokens.push_back(next);

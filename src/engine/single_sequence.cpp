@@ -12,8 +12,9 @@ SingleSequence::SingleSequence(Model& model, int64_t tokens, int64_t block_size)
 }
 
 std::vector<float> SingleSequence::forward(Model& model, const std::vector<int32_t>& tokens, int64_t begin,
-                                           int64_t end, const std::vector<int32_t>& logit_rows) {
+                                           int64_t end, const std::vector<int32_t>& logit_rows, bool decode) {
   ForwardBatch batch;
+  batch.decode = decode && end - begin == 1;
   for (int64_t pos = begin; pos < end; ++pos) {
     batch.tokens.push_back(tokens[size_t(pos)]);
     batch.positions.push_back(int32_t(pos));

@@ -21,8 +21,9 @@ struct SingleSequence {
   ~SingleSequence() { pool.release(table); }
 
   // Forward of rows [begin, end) of `tokens`; logits of the rows listed (relative to begin).
+  // decode: a one-token decode step (ForwardBatch::decode: may replay a CUDA graph).
   std::vector<float> forward(Model& model, const std::vector<int32_t>& tokens, int64_t begin, int64_t end,
-                             const std::vector<int32_t>& logit_rows);
+                             const std::vector<int32_t>& logit_rows, bool decode = false);
 };
 
 }  // namespace moet

@@ -56,7 +56,7 @@ struct DecoderLayer {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  DecoderModel(ModelConfig config, Backend& backend);
   // Reads embedding, final norm and LM head (tied or not), and the per-layer norms.
   void load_common(WeightLoader& loader);
   std::vector<DecoderLayer>& layers() { return layers_; }
@@ -67,8 +67,13 @@ class DecoderModel final : public Model {
   std::vector<float> forward(const ForwardBatch& batch, KvCache& cache) override;
 
  private:
+  // The ops of one forward after begin_step(): embedding, layers, final norm of the logit rows,
+  // LM head; returns the logits tensor (backend memory).
+  Tensor forward_body(const ForwardBatch& batch, KvCache& cache);
+
   ModelConfig config_;
   Backend& backend_;
+  int64_t id_;  // unique per model in the process (graph keys)
   Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayer> layers_;
 };

@@ -3,7 +3,16 @@
 
 #include "core/error.h"
 
+#include <atomic>
+
 namespace moet {
+
+namespace {
+std::atomic<int64_t> next_model_id{1};
+}  // namespace
+
+DecoderModel::DecoderModel(ModelConfig config, Backend& backend)
+    : config_(std::move(config)), backend_(backend), id_(next_model_id++) {}
 
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
@@ -35,14 +44,40 @@ int64_t DecoderModel::kv_bytes_per_token() const {
 }
 
 std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
-  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
+  const int64_t rows = int64_t(batch.tokens.size());
   MOET_CHECK(rows > 0 && batch.positions.size() == size_t(rows) && batch.slots.size() == size_t(rows) &&
                  batch.row_seq.size() == size_t(rows),
              "malformed forward batch");
   for (int64_t slot : batch.slots)
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
-                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size});
+                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size,
+                       config_.vocab_size});
+  const auto body = [&] { return forward_body(batch, cache); };
+  Tensor logits;
+  if (batch.decode) {
+    // Everything forward_body() bakes into its launches besides the step inputs: this model, the
+    // KV cache's memory and the logit rows (the backend adds rows, sequences and table stride).
+    GraphKey key;
+    key.values = {id_, int64_t(batch.logit_rows.size())};
+    key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
+    for (const KvLayerCache& layer : cache.layers) {
+      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
+      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
+    }
+    logits = backend_.run_graph(key, body);
+  } else {
+    logits = body();
+  }
+  std::vector<float> host(size_t(logits.numel()));
+  backend_.to_host(logits, host.data());
+  return host;
+}
+
+// Replay-safe (docs/design.md, "CUDA graphs"): every launch depends only on the batch's shape and
+// logit rows, and the per-row inputs are read from the backend's step buffer.
+Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
+  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
   StepContext ctx{backend_};
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
@@ -58,17 +93,18 @@ std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cac
     backend_.add(residual, branch);
   }
   const int64_t out_rows = int64_t(batch.logit_rows.size());
-  Tensor last = backend_.alloc({out_rows, hidden});
-  for (int64_t i = 0; i < out_rows; ++i)
+  if (out_rows == 0) return backend_.alloc({0, config_.vocab_size});  // a prefill chunk that samples nothing
+  bool all_rows = out_rows == rows;  // logits of every row in order (decode): no gather needed
+  for (int64_t i = 0; all_rows && i < out_rows; ++i) all_rows = batch.logit_rows[size_t(i)] == i;
+  Tensor last = all_rows ? residual : backend_.alloc({out_rows, hidden});
+  for (int64_t i = 0; !all_rows && i < out_rows; ++i)
     backend_.copy_columns(residual, hidden, int64_t(batch.logit_rows[size_t(i)]) * hidden, last, hidden,
                           i * hidden, 1, hidden);
   Tensor last_normed = backend_.alloc({out_rows, hidden});
   backend_.rmsnorm(last, final_norm_, float(config_.rms_norm_eps), last_normed);
   Tensor logits = backend_.alloc({out_rows, config_.vocab_size});
   backend_.matmul(last_normed, lm_head_, nullptr, logits);
-  std::vector<float> host(size_t(logits.numel()));
-  backend_.to_host(logits, host.data());
-  return host;
+  return logits;
 }
 
 }  // namespace moet

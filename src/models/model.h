@@ -22,6 +22,10 @@ struct ForwardBatch {
   std::vector<int64_t> slots;                 // [rows] physical KV slot the row writes
   std::vector<const int32_t*> block_tables;   // [sequences]
   std::vector<int32_t> logit_rows;            // rows whose logits are returned, in this order
+  // Every row is one sequence's next decode token: a step whose shape recurs, which the model
+  // runs through Backend::run_graph (a CUDA graph per batch size and context bucket). Prefill and
+  // mixed steps leave it false and run eagerly. Results are the same either way.
+  bool decode = false;
 };
 
 struct KvCache {

@@ -6,9 +6,11 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/w2_matmul.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 namespace moet {
 namespace {
@@ -103,6 +105,7 @@ class CpuBackend final : public Backend {
   void begin_step(const StepInputs& step) override { step_ = step; }
 
   void embedding(const Tensor& table, Tensor& out) override {
+    const OpScope scope(*this, [] { return std::string("embedding"); });
     const int64_t vocab = table.dim(0), dim = table.dim(1), rows = step_.rows;
     const int32_t* ids = step_.tokens;
     for (int64_t t = 0; t < rows; ++t)
@@ -117,6 +120,7 @@ class CpuBackend final : public Backend {
 
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     const int64_t dim = weight.numel();
+    const OpScope scope(*this, [&] { return fmt::format("rmsnorm[dim={}]", dim); });
     const int64_t groups = x.numel() / dim;
     moet::rmsnorm(x.as<float>(), groups, dim, dim, weight.as<float>(), eps, out.as<float>(), dim, pool_);
   }
@@ -124,6 +128,7 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
     MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]", rows, k, n, w.dim(1));
+    const OpScope scope(*this, [&] { return fmt::format("matmul[n={},k={}]", n, k); });
     const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
     if (w.dtype == DType::bf16) {
       matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_);
@@ -132,28 +137,36 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void add(Tensor& y, const Tensor& x) override { add_inplace(y.as<float>(), x.as<float>(), y.numel()); }
+  void add(Tensor& y, const Tensor& x) override {
+    const OpScope scope(*this, [] { return std::string("add"); });
+    add_inplace(y.as<float>(), x.as<float>(), y.numel());
+  }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    const OpScope scope(*this, [] { return std::string("silu_mul"); });
     moet::silu_mul(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>());
   }
 
   void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
+    const OpScope scope(*this, [] { return std::string("rope"); });
     rope_apply(table, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset, step_.positions);
   }
 
   void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {
+    const OpScope scope(*this, [] { return std::string("kv_write"); });
     kv_cache_write(cache.view, k.as<float>(), v ? v->as<float>() : nullptr, step_.rows, step_.slots);
   }
 
   void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                  Tensor& out) override {
+    const OpScope scope(*this, [] { return std::string("attention"); });
     const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
     attention_paged(cache.view, rows, q.as<float>(), q.numel() / (q_heads * q_stride), q_heads,
                     q_stride, scale, out.as<float>(), pool_);
   }
 
   void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override {
+    const OpScope scope(*this, [] { return std::string("router"); });
     router_topk(params, logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>());
   }
 
@@ -162,6 +175,7 @@ class CpuBackend final : public Backend {
 
   void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
                     int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) override {
+    const OpScope scope(*this, [] { return std::string("copy_columns"); });
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(dst.as<float>() + r * dst_stride + dst_offset, src.as<float>() + r * src_stride + src_offset,
                   sizeof(float) * size_t(width));
@@ -170,12 +184,56 @@ class CpuBackend final : public Backend {
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
                    int64_t y_stride) override;
 
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<OpProfile> take_profile() override {
+    std::vector<OpProfile> out;
+    for (auto& [name, entry] : profile_) out.push_back(entry);
+    profile_.clear();
+    std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
+      return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+    });
+    return out;
+  }
+
  private:
+  // Wall time of an op while profiling; only the outermost op counts (moe_experts and
+  // head_matmul call matmul, silu_mul and copy_columns inside).
+  class OpScope {
+   public:
+    template <typename Name>
+    OpScope(CpuBackend& backend, Name&& name) : backend_(backend), timed_(backend.profiling_ && backend.depth_ == 0) {
+      ++backend_.depth_;
+      if (timed_) {
+        name_ = name();
+        start_ = std::chrono::steady_clock::now();
+      }
+    }
+    ~OpScope() {
+      --backend_.depth_;
+      if (!timed_) return;
+      OpProfile& entry = backend_.profile_[name_];
+      entry.op = name_;
+      ++entry.calls;
+      entry.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+
+   private:
+    CpuBackend& backend_;
+    bool timed_;
+    std::string name_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
   // y = x @ W^T for one expert matrix in any ExpertFormat.
   void expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales, Tensor& y);
 
   ThreadPool pool_;
   StepInputs step_;
+  bool profiling_ = false;
+  int depth_ = 0;
+  std::map<std::string, OpProfile> profile_;
 };
 
 // Best-of-5 multi-threaded copy; GB/s counting read + write.
@@ -201,6 +259,7 @@ void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tenso
 
 void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids,
                              const Tensor& weights, Tensor& out) {
+  const OpScope scope(*this, [] { return std::string("moe_experts"); });
   const std::vector<ExpertWeights>& experts = set.experts;
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   std::vector<std::vector<int64_t>> routed(experts.size());  // flat (row * top_k + slot) per expert
@@ -231,6 +290,7 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
                              Tensor& y, int64_t y_stride) {
   const int64_t n = w.dim(1), k = w.dim(2);
+  const OpScope scope(*this, [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
   const int64_t rows = x.numel() / (heads * x_stride);
   Tensor xin = alloc({rows, k}), yout = alloc({rows, n});
   const size_t head_bytes = size_t(n * k) * dtype_size(w.dtype);

@@ -13,6 +13,7 @@ struct CudaBackendOptions {
   int device = 0;
   double memory_utilization = 0.9;  // fraction of the card's memory moet may take
   double memory_limit_gib = 0.0;    // > 0: an absolute cap instead (a large card standing in for a small one)
+  bool graphs = true;               // capture/replay run_graph() forwards as CUDA graphs (--cuda-graphs)
 };
 
 // Throws moet::Error when no usable GPU is present.

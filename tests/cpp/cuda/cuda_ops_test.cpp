@@ -186,6 +186,99 @@ TEST(CudaOps, MlaAttentionMatchesCpu) {
   check_attention(4, 1, 48, 32, true);
 }
 
+// Long contexts: 3000 keys in scattered blocks of 16 (three 1024-key segments; the table stride
+// bucket 256 blocks = 4096 keys, so the grid has a fourth, idle segment). A 2-row step runs in
+// split mode (a block per segment + the combine kernel), a 40-row step in fused mode (one block
+// folds the segments): both within 1e-5 of the CPU, and the rows they share bit-identical.
+void check_long_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
+  BackendPair p;
+  const int64_t block_size = 16, keys = 3000, blocks = 200;
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  std::vector<int32_t> table;
+  for (int64_t b = 0; b < blocks; ++b) table.push_back(int32_t((b * 7) % blocks));  // a permutation
+  const int32_t* tables[] = {table.data()};
+  auto slot = [&](int64_t pos) { return int64_t(table[size_t(pos / block_size)]) * block_size + pos % block_size; };
+  const int64_t kv_row = kv_heads * k_dim, v_row = kv_heads * v_dim, q_stride = k_dim + 3;
+  const float scale = 1.0f / std::sqrt(float(k_dim));
+  {  // write every key
+    std::vector<int32_t> positions, row_seq(size_t(keys), 0), tokens(size_t(keys), 0);
+    std::vector<int64_t> slots;
+    for (int64_t pos = 0; pos < keys; ++pos) positions.push_back(int32_t(pos)), slots.push_back(slot(pos));
+    p.begin_step({keys, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, block_size});
+    auto k = p.activation(random_floats(size_t(keys * kv_row), 70), {keys, kv_row});
+    auto v = p.activation(random_floats(size_t(keys * v_row), 71), {keys, v_row});
+    p.cpu->kv_write(cpu_cache, k.first, mla ? nullptr : &v.first);
+    p.gpu->kv_write(gpu_cache, k.second, mla ? nullptr : &v.second);
+  }
+  const auto q_rows = random_floats(size_t(40 * q_heads * q_stride), 72);
+  std::vector<std::vector<float>> outputs;
+  for (int64_t rows : {2, 40}) {
+    std::vector<int32_t> positions = {int32_t(keys - 1), 1500}, row_seq(size_t(rows), 0), tokens(size_t(rows), 0);
+    for (int64_t t = 2; t < rows; ++t) positions.push_back(int32_t((t * 997) % keys));
+    std::vector<int64_t> slots;
+    for (int32_t pos : positions) slots.push_back(slot(pos));
+    p.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, block_size});
+    auto q = p.activation({q_rows.begin(), q_rows.begin() + rows * q_heads * q_stride}, {rows, q_heads, q_stride});
+    auto out = p.alloc({rows, q_heads, v_dim});
+    p.cpu->attention(cpu_cache, q.first, q_heads, q_stride, scale, out.first);
+    p.gpu->attention(gpu_cache, q.second, q_heads, q_stride, scale, out.second);
+    EXPECT_LT(max_rel_diff(p, out), 1e-5) << "rows " << rows;
+    outputs.push_back(host(*p.gpu, out.second));
+  }
+  EXPECT_EQ(0, std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)))
+      << "split and fused modes differ";
+}
+
+TEST(CudaOps, LongContextGqaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_long_attention(8, 2, 128, 128, false);
+}
+
+TEST(CudaOps, LongContextMlaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_long_attention(16, 1, 576, 512, true);  // DeepSeek-V3's latent cache row
+}
+
+// The same decode row gives the same bits whatever the context bucket (table stride) the step
+// is in and whichever rows share the step: here a short context attended from a step whose
+// other sequence is 2000 keys long (stride bucket 128 blocks, split mode) vs alone (stride 1).
+TEST(CudaOps, AttentionRowDoesNotDependOnTheStep) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t block_size = 16, blocks = 160, heads = 4, dim = 64;
+  KvLayerCache cache = p.gpu->alloc_kv(blocks, block_size, heads, dim, dim, false);
+  std::vector<int32_t> table0, table1 = {150};
+  for (int64_t b = 0; b < 130; ++b) table0.push_back(int32_t(b));
+  const int32_t* tables[] = {table0.data(), table1.data()};
+  {
+    std::vector<int32_t> positions, row_seq, tokens(2010, 0);
+    std::vector<int64_t> slots;
+    for (int64_t pos = 0; pos < 2000; ++pos) positions.push_back(int32_t(pos)), row_seq.push_back(0), slots.push_back(pos);
+    for (int64_t pos = 0; pos < 10; ++pos) positions.push_back(int32_t(pos)), row_seq.push_back(1), slots.push_back(150 * block_size + pos);
+    p.gpu->begin_step({2010, tokens.data(), positions.data(), row_seq.data(), slots.data(), 2, tables, block_size});
+    Tensor k = p.activation(random_floats(size_t(2010 * heads * dim), 80), {2010, heads * dim}).second;
+    Tensor v = p.activation(random_floats(size_t(2010 * heads * dim), 81), {2010, heads * dim}).second;
+    p.gpu->kv_write(cache, k, &v);
+  }
+  const auto qf = random_floats(size_t(heads * dim), 82);
+  Tensor q = p.activation(qf, {1, heads, dim}).second;
+  const std::vector<int32_t> tokens = {0, 0}, both_positions = {1999, 9}, both_seq = {0, 1};
+  const std::vector<int64_t> both_slots = {1999, 150 * block_size + 9};
+  Tensor q2 = p.activation([&] { auto x = random_floats(size_t(heads * dim), 83); x.insert(x.end(), qf.begin(), qf.end()); return x; }(),
+                           {2, heads, dim}).second;
+  Tensor out2 = p.gpu->alloc({2, heads, dim}), out1 = p.gpu->alloc({1, heads, dim});
+  p.gpu->begin_step({2, tokens.data(), both_positions.data(), both_seq.data(), both_slots.data(), 2, tables, block_size});
+  p.gpu->attention(cache, q2, heads, dim, 0.125f, out2);
+  const int32_t alone_position = 9, alone_seq = 0;
+  const int64_t alone_slot = both_slots[1];
+  const int32_t* alone_tables[] = {table1.data()};
+  p.gpu->begin_step({1, tokens.data(), &alone_position, &alone_seq, &alone_slot, 1, alone_tables, block_size});
+  p.gpu->attention(cache, q, heads, dim, 0.125f, out1);
+  const auto both = host(*p.gpu, out2), alone = host(*p.gpu, out1);
+  EXPECT_EQ(0, std::memcmp(both.data() + heads * dim, alone.data(), alone.size() * sizeof(float)));
+}
+
 void check_router(RouterParams params, const std::vector<float>& logits, int64_t rows, const std::vector<float>& bias) {
   BackendPair p;
   auto l = p.activation(logits, {rows, params.experts});

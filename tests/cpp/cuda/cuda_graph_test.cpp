@@ -1,0 +1,200 @@
+// CUDA graphs: decode steps replayed from captured graphs give logits bit-identical to the same
+// steps run eagerly (a second backend with graphs off), for batch 1 and a batch of 3 sequences
+// with scattered block tables, over consecutive steps whose positions cross KV block boundaries
+// and whose contexts grow past two table-stride buckets (block size 4: 3 -> 5 -> 9 blocks, so
+// graphs for strides 4, 8 and 16; the first two replayed on later steps). Also the graph bookkeeping
+// (captures, replays, no failures), the per-op profile not changing results, and the memory a
+// graph owns surviving other allocations. Skips with a message when no GPU is visible.
+#include "gpu_test_util.h"
+
+#include "engine/single_sequence.h"
+#include "io/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+namespace moet::test {
+namespace {
+
+const std::filesystem::path kFixtures = std::filesystem::path(MOET_SOURCE_DIR) / "tests" / "fixtures";
+constexpr int64_t kBlockSize = 4;
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  return int32_t(std::max_element(logits, logits + vocab) - logits);
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> table;
+  int64_t computed = 0;
+};
+
+// Rows of the sequences listed, from their first uncomputed token to their last known one.
+ForwardBatch batch_of(std::vector<Seq>& seqs, const std::vector<size_t>& which, bool decode) {
+  ForwardBatch batch;
+  for (size_t s : which) {
+    Seq& seq = seqs[s];
+    const int32_t index = int32_t(batch.block_tables.size());
+    batch.block_tables.push_back(seq.table.data());
+    for (int64_t pos = seq.computed; pos < int64_t(seq.tokens.size()); ++pos) {
+      batch.tokens.push_back(seq.tokens[size_t(pos)]);
+      batch.positions.push_back(int32_t(pos));
+      batch.row_seq.push_back(index);
+      batch.slots.push_back(int64_t(seq.table[size_t(pos / kBlockSize)]) * kBlockSize + pos % kBlockSize);
+    }
+    batch.logit_rows.push_back(int32_t(batch.tokens.size()) - 1);
+  }
+  batch.decode = decode;
+  return batch;
+}
+
+struct GraphCase {
+  std::string fixture;
+  int batch;
+};
+
+class CudaGraphs : public ::testing::TestWithParam<GraphCase> {};
+
+TEST_P(CudaGraphs, ReplayMatchesEagerBitForBit) {
+  MOET_SKIP_WITHOUT_GPU();
+  const GraphCase c = GetParam();
+  const auto dir = kFixtures / c.fixture;
+  const nlohmann::json golden = json_read_file(dir / "golden_w2.json");
+  const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(prompt.size(), 8u);
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  auto graph_backend = cuda_backend_create({0, 0.9, 0.0, true});
+  auto eager_backend = cuda_backend_create({0, 0.9, 0.0, false});
+  ASSERT_TRUE(graph_backend->graphs());
+  ASSERT_FALSE(eager_backend->graphs());
+  auto graph_model = model_load(checkpoint, *graph_backend);  // W2 experts (the default)
+  auto eager_model = model_load(checkpoint, *eager_backend);
+  const int64_t vocab = graph_model->config().vocab_size;
+
+  // Sequence 0: the first 8 prompt tokens; 1 and 2: shorter prefixes. Scattered, interleaved blocks.
+  const int64_t steps = 25, blocks_per_seq = (8 + steps + kBlockSize - 1) / kBlockSize;
+  std::vector<Seq> seqs(size_t(c.batch));
+  const size_t prefix[] = {8, 5, 2};
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s].tokens.assign(prompt.begin(), prompt.begin() + long(prefix[s]));
+    for (int64_t b = 0; b < blocks_per_seq; ++b)
+      seqs[s].table.push_back(int32_t((blocks_per_seq - 1 - b) * c.batch + int64_t(s)));
+  }
+  const int64_t blocks = blocks_per_seq * c.batch;
+  KvCache graph_cache = graph_model->create_kv_cache(blocks, kBlockSize);
+  KvCache eager_cache = eager_model->create_kv_cache(blocks, kBlockSize);
+
+  // Prefill each sequence eagerly on both backends.
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const ForwardBatch batch = batch_of(seqs, {s}, false);
+    const auto a = graph_model->forward(batch, graph_cache), b = eager_model->forward(batch, eager_cache);
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prefill of sequence " << s;
+    seqs[s].computed = int64_t(seqs[s].tokens.size());
+    seqs[s].tokens.push_back(argmax(b.data(), vocab));
+  }
+  std::vector<size_t> all(seqs.size());
+  std::iota(all.begin(), all.end(), size_t(0));
+  for (int64_t step = 0; step < steps; ++step) {
+    for (Seq& seq : seqs) seq.computed = int64_t(seq.tokens.size()) - 1;
+    const ForwardBatch batch = batch_of(seqs, all, true);
+    const auto replayed = graph_model->forward(batch, graph_cache);
+    const auto eager = eager_model->forward(batch, eager_cache);
+    ASSERT_EQ(replayed.size(), eager.size());
+    ASSERT_EQ(0, std::memcmp(replayed.data(), eager.data(), eager.size() * sizeof(float)))
+        << c.fixture << " batch " << c.batch << " step " << step << " (longest context "
+        << seqs[0].tokens.size() << ")";
+    for (size_t s = 0; s < seqs.size(); ++s) seqs[s].tokens.push_back(argmax(eager.data() + s * size_t(vocab), vocab));
+  }
+  // Longest context 9 .. 33 keys: 3 .. 9 blocks of 4, table strides 4, 8, 16.
+  const GraphStats stats = graph_backend->graph_stats();
+  EXPECT_EQ(stats.failures, 0);
+  EXPECT_EQ(stats.captures, 3);
+  EXPECT_EQ(stats.replays, steps - 3);
+  EXPECT_EQ(stats.cached, 3);
+  EXPECT_EQ(eager_backend->graph_stats().captures, 0);
+}
+
+std::vector<GraphCase> graph_cases() {
+  std::vector<GraphCase> cases;
+  for (const char* fixture : {"qwen3_moe", "deepseek_v3", "glm4_moe", "mixtral"})
+    for (int batch : {1, 3}) cases.push_back({fixture, batch});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs, ::testing::ValuesIn(graph_cases()),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) {
+                           return info.param.fixture + "_batch" + std::to_string(info.param.batch);
+                         });
+
+// Memory a graph owns is not handed out again: after a capture, eager allocations of the same
+// sizes and garbage written into them leave the next replay's logits unchanged.
+TEST(CudaGraphMemory, GraphMemoryIsNotReused) {
+  MOET_SKIP_WITHOUT_GPU();
+  const Checkpoint checkpoint = Checkpoint::open(kFixtures / "qwen3_moe");
+  auto gpu = cuda_backend_create({});
+  auto model = model_load(checkpoint, *gpu);
+  const std::vector<int32_t> prompt = {3, 17, 42, 99, 7, 250};
+  SingleSequence sequence(*model, int64_t(prompt.size()) + 2, kBlockSize);
+  sequence.forward(*model, prompt, 0, int64_t(prompt.size()) - 1, {});
+  const int64_t pos = int64_t(prompt.size()) - 1;
+  const auto first = sequence.forward(*model, prompt, pos, pos + 1, {0}, true);  // capture
+  ASSERT_EQ(gpu->graph_stats().captures, 1);
+  std::vector<Tensor> hogs;
+  for (int64_t n : {64, 128, 512, 2048, 4096, 16384}) {
+    for (int i = 0; i < 32; ++i) {
+      Tensor t = gpu->alloc({n});
+      const std::vector<float> junk(size_t(n), 1e30f);
+      gpu->from_host(junk.data(), t);
+      hogs.push_back(t);
+    }
+  }
+  const auto again = sequence.forward(*model, prompt, pos, pos + 1, {0}, true);  // replay
+  ASSERT_EQ(gpu->graph_stats().replays, 1);
+  EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)));
+}
+
+// The per-op profile (eager steps) leaves results bit-identical and names the ops; a replayed
+// graph counts as one op.
+TEST(CudaProfile, ProfileNamesOpsAndKeepsResults) {
+  MOET_SKIP_WITHOUT_GPU();
+  const Checkpoint checkpoint = Checkpoint::open(kFixtures / "qwen3_moe");
+  auto gpu = cuda_backend_create({0, 0.9, 0.0, false});
+  auto model = model_load(checkpoint, *gpu);
+  const std::vector<int32_t> prompt = {3, 17, 42, 99, 7, 250};
+  SingleSequence sequence(*model, int64_t(prompt.size()), kBlockSize);
+  sequence.forward(*model, prompt, 0, int64_t(prompt.size()) - 1, {});
+  const int64_t pos = int64_t(prompt.size()) - 1;
+  const auto plain = sequence.forward(*model, prompt, pos, pos + 1, {0}, true);
+  gpu->set_profiling(true);
+  const auto profiled = sequence.forward(*model, prompt, pos, pos + 1, {0}, true);
+  const std::vector<OpProfile> ops = gpu->take_profile();
+  EXPECT_EQ(0, std::memcmp(plain.data(), profiled.data(), plain.size() * sizeof(float)));
+  const int64_t layers = model->config().num_hidden_layers, vocab = model->config().vocab_size,
+                hidden = model->config().hidden_size;
+  std::map<std::string, OpProfile> by_name;
+  for (const OpProfile& op : ops) {
+    by_name[op.op] = op;
+    EXPECT_GE(op.seconds, 0.0) << op.op;
+  }
+  EXPECT_EQ(by_name["attention"].calls, layers);
+  EXPECT_EQ(by_name[fmt::format("matmul[n={},k={}]", vocab, hidden)].calls, 1);
+  EXPECT_EQ(by_name["step_upload"].calls, 1);
+  EXPECT_GE(by_name["moe_experts"].calls, 1);
+  EXPECT_TRUE(gpu->take_profile().empty());
+  // With graphs on, the replay is one op.
+  gpu->set_graphs(true);
+  sequence.forward(*model, prompt, pos, pos + 1, {0}, true);  // capture
+  sequence.forward(*model, prompt, pos, pos + 1, {0}, true);  // replay
+  gpu->set_profiling(false);
+  bool graph_op = false;
+  for (const OpProfile& op : gpu->take_profile()) graph_op |= op.op == "cuda_graph[rows=1]" && op.calls == 2;
+  EXPECT_TRUE(graph_op);
+}
+
+}  // namespace
+}  // namespace moet::test
