@@ -7,6 +7,7 @@
 #include "io/pack_writer.h"
 #include "models/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace moet {
@@ -78,9 +79,11 @@ ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t ex
     pack_quantize_slot(*spec_, sources, pool_, slot_.data());
   } else {
     // Random experts: arbitrary codes, scales near 2^-6 so activations stay finite.
-    for (size_t i = 0; i < slot_.size(); ++i) {
+    // Eight bytes per generator step: full-size shapes (tens of GB of codes) stay quick to invent.
+    for (size_t i = 0; i < slot_.size(); i += 8) {
       random_state_ = random_state_ * 6364136223846793005ull + 1442695040888963407ull;
-      slot_[i] = uint8_t(random_state_ >> 56);
+      const uint64_t bits = random_state_ ^ (random_state_ >> 29);
+      std::memcpy(slot_.data() + i, &bits, std::min<size_t>(8, slot_.size() - i));
     }
     const SlotLayout layout = spec_->layout();
     std::memset(slot_.data() + layout.scales13, 121, layout.codes2 - layout.scales13);

@@ -30,16 +30,17 @@ step kernels "$CARRY/cuda_moe_bench" "$OUT_DIR/kernels.json"
 if [ "$MODE" = quick ]; then
   for experts in w2 fp4 native; do
     step e2e_qwen3_30b_4l_$experts "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
-      --layers 4 --experts $experts --json-out "$OUT_DIR/e2e_qwen3_30b_4l_$experts.json"
+      --layers 4 --experts $experts --profile --json-out "$OUT_DIR/e2e_qwen3_30b_4l_$experts.json"
   done
 else
-  # Random weights; fewer layers where the full model does not fit or takes long to invent.
+  # Random weights. Qwen3 shapes at full depth (W2 experts fit the card); DeepSeek-V3 cut to 5
+  # layers (its 58 MoE layers of W2 experts need about 190 GB).
   step e2e_qwen3_30b "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
-    --layers 16 --json-out "$OUT_DIR/e2e_qwen3_30b.json"
+    --layers 48 --profile --json-out "$OUT_DIR/e2e_qwen3_30b.json"
   step e2e_qwen3_235b "$MOET" bench --device cuda --config bench/configs/Qwen3-235B-A22B.config.json \
-    --layers 6 --json-out "$OUT_DIR/e2e_qwen3_235b.json"
+    --layers 94 --profile --json-out "$OUT_DIR/e2e_qwen3_235b.json"
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
-    --layers 5 --json-out "$OUT_DIR/e2e_deepseek_v3.json"
+    --layers 5 --profile --json-out "$OUT_DIR/e2e_deepseek_v3.json"
 fi
 # Last: live transformers parity (native experts; the slowest step, least likely to change).
 step parity python3 tools/gpu/parity_transformers.py "$MOET" "$OUT_DIR/parity.json"

@@ -5,22 +5,32 @@
 // one copy by begin_step(). Nothing synchronises with the host except to_host(), the copy
 // bandwidth measurement and memory-budget releases. Set MOET_CUDA_SYNC=1 to synchronise and check
 // after every op (locates a faulting kernel).
+// run_graph() captures a forward in a CUDA graph per key + step layout (its memory in a private
+// pool of the allocator that the graph keeps) and replays it; MOET_CUDA_GRAPHS_MAX caps how many
+// graphs are kept (least recently used dropped first). MOET_CUDA_PROFILE=1 (or set_profiling)
+// times every op of eager steps with CUDA events, each op held behind a gate kernel until it is
+// fully enqueued so the events measure GPU time, not launch latency (kernels/cuda/profile_gate.h).
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/profile_gate.h"
 #include "kernels/cuda/router.h"
+#include "kernels/cuda/w2_tiles.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <type_traits>
 
 namespace moet {
 namespace {
@@ -50,6 +60,20 @@ struct PinnedBuffer {
 };
 
 constexpr size_t kStagingBytes = size_t(32) << 20;
+constexpr uint64_t kGateTimeoutNs = 20'000'000;  // a profile gate gives up after 20 ms
+
+struct GraphExecDeleter {
+  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+};
+
+// A captured forward: the executable graph, the private memory it reads and writes at replay
+// time, and its output tensor (in that memory).
+struct GraphEntry {
+  std::shared_ptr<void> pool;
+  Tensor output;
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> exec;  // null: capture failed
+  uint64_t last_use = 0;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -62,13 +86,23 @@ class CudaBackend final : public Backend {
     staging_[1].reserve(kStagingBytes);
     const char* sync = std::getenv("MOET_CUDA_SYNC");
     debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+    graphs_enabled_ = options.graphs;
+    if (const char* max = std::getenv("MOET_CUDA_GRAPHS_MAX")) max_graphs_ = std::max(1, std::atoi(max));
+    memory_.set_pressure_handler([this] { clear_graphs(); });
+    const char* profile = std::getenv("MOET_CUDA_PROFILE");
+    set_profiling(profile != nullptr && std::strcmp(profile, "0") != 0);
     cudaDeviceProp prop{};
     cuda_check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
     name_ = fmt::format("cuda ({}, sm_{}{}, budget {:.1f} GiB)", prop.name, prop.major, prop.minor,
                         double(memory_.budget()) / double(size_t(1) << 30));
   }
   ~CudaBackend() override {
+    gate_release();
     cudaStreamSynchronize(stream_);
+    graphs_.clear();
+    memory_.set_pressure_handler({});
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    if (gate_host_) cudaFreeHost(gate_host_);
     cudaStreamDestroy(stream_);
   }
 
@@ -126,6 +160,7 @@ class CudaBackend final : public Backend {
   }
 
   void to_host(const Tensor& src, void* dst) override {
+    if (chain_) chain_end();
     const size_t bytes = src.bytes();
     for (size_t done = 0; done < bytes; done += kStagingBytes) {
       const size_t chunk = std::min(kStagingBytes, bytes - done);
@@ -140,12 +175,15 @@ class CudaBackend final : public Backend {
 
   ExpertSet expert_set(std::vector<ExpertWeights> experts) override {
     MOET_CHECK(!experts.empty(), "an MoE layer needs experts");
-    const ExpertWeights& first = experts.front();
+    // W2 planes are replaced by their tiles below, so compare against the first expert's originals.
+    const ExpertFormat format = experts.front().format;
+    const DType dtype = experts.front().gate_up.dtype;
+    const std::vector<int64_t> gate_up_shape = experts.front().gate_up.shape, down_shape = experts.front().down.shape;
     std::vector<ExpertPointers> pointers;
-    for (const ExpertWeights& e : experts) {
-      MOET_CHECK(e.format == first.format && e.gate_up.dtype == first.gate_up.dtype &&
-                     e.down.dtype == first.gate_up.dtype && e.gate_up.shape == first.gate_up.shape &&
-                     e.down.shape == first.down.shape,
+    Tensor bad_scale;
+    for (ExpertWeights& e : experts) {
+      MOET_CHECK(e.format == format && e.gate_up.dtype == dtype && e.down.dtype == dtype &&
+                     e.gate_up.shape == gate_up_shape && e.down.shape == down_shape,
                  "the experts of one layer must share format, dtype and shapes");
       if (e.format == ExpertFormat::dense) {
         pointers.push_back({e.gate_up.data, e.down.data, nullptr, nullptr});
@@ -163,8 +201,21 @@ class CudaBackend final : public Backend {
                  e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1));
       MOET_CHECK(aligned(e.gate_up.data, 16) && aligned(e.down.data, 16),
                  "expert code planes must be 16-byte aligned");
+      if (e.format == ExpertFormat::w2) {
+        if (bad_scale.empty()) {
+          bad_scale = device_tensor(DType::i32, {1});
+          cuda_check(cudaMemsetAsync(bad_scale.data, 0, sizeof(int32_t), stream_), "cudaMemset");
+        }
+        tile_w2(e.gate_up, e.gate_up_scales, true, bad_scale);
+        tile_w2(e.down, e.down_scales, false, bad_scale);
+      }
       pointers.push_back({e.gate_up.data, e.down.data, static_cast<const uint8_t*>(e.gate_up_scales.data),
                           static_cast<const uint8_t*>(e.down_scales.data)});
+    }
+    if (!bad_scale.empty()) {
+      int32_t bad = 0;
+      to_host(bad_scale, &bad);
+      MOET_CHECK(bad == 0, "a W2 expert has a block scale >= 2^126, beyond what the CUDA kernels take");
     }
     ExpertSet set{std::move(experts), device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
     copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
@@ -176,9 +227,10 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, Tensor& out) override {
     const int64_t vocab = table.dim(0);
-    for (int64_t t = 0; t < step_.rows; ++t)
-      MOET_CHECK(step_.tokens[t] >= 0 && step_.tokens[t] < vocab, "token id {} outside the vocabulary [0, {})",
-                 step_.tokens[t], vocab);
+    if (step_.vocab != vocab)  // begin_step() checked the ids against step.vocab
+      for (int64_t t = 0; t < step_.rows; ++t)
+        MOET_CHECK(step_.tokens[t] >= 0 && step_.tokens[t] < vocab, "token id {} outside the vocabulary [0, {})",
+                   step_.tokens[t], vocab);
     embedding_launch(step_ints(kTokens), step_.rows, table.data, is_bf16(table), table.dim(1), out.as<float>(), stream_);
     check_launch("embedding");
   }
@@ -186,7 +238,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     const int64_t dim = weight.numel();
     rmsnorm_launch(x.as<float>(), x.numel() / dim, dim, weight.as<float>(), eps, out.as<float>(), stream_);
-    check_launch("rmsnorm");
+    check_launch("rmsnorm", [&] { return fmt::format("rmsnorm[dim={}]", dim); });
   }
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
@@ -195,7 +247,7 @@ class CudaBackend final : public Backend {
                rows, k, n, w.dim(1));
     const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
     gemv_launch({x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1}, stream_);
-    check_launch("matmul");
+    check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", n, k); });
   }
 
   void add(Tensor& y, const Tensor& x) override {
@@ -225,13 +277,25 @@ class CudaBackend final : public Backend {
     check_launch("kv_write");
   }
 
+  // Key counts come from the device (positions), so nothing here depends on the context length
+  // beyond the table stride bucket (part of every graph key); split mode when a row can have
+  // several segments and the step is decode-sized (same bits either way, attention.h).
   void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                  Tensor& out) override {
-    const AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
-                             q.as<float>(), q.numel() / (q_heads * q_stride), q_heads, q_stride, scale,
-                             out.as<float>(), max_keys_};
-    MOET_CHECK(attention_shared_bytes(args) <= attention_max_shared_bytes(),
-               "attention over {} keys needs more shared memory than the GPU has", max_keys_);
+    const PagedKv& view = cache.view;
+    MOET_CHECK(view.k_dim <= kAttentionMaxKDim && view.v_dim <= kAttentionMaxVDim && q_heads % view.kv_heads == 0,
+               "attention with {} query heads over {} KV heads of {} / {} floats is not supported on CUDA (at most "
+               "{} / {})", q_heads, view.kv_heads, view.k_dim, view.v_dim, kAttentionMaxKDim, kAttentionMaxVDim);
+    const int64_t rows = q.numel() / (q_heads * q_stride);
+    AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
+                       q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(), nullptr, 1};
+    const int64_t segments = attention_segments(table_stride_ * step_.block_size);
+    Tensor partials;
+    if (attention_use_split(rows, q_heads, segments)) {
+      partials = alloc({attention_partial_floats(rows, q_heads, segments, view.v_dim)});
+      args.partials = partials.as<float>();
+      args.splits = segments;
+    }
     attention_launch(args, stream_);
     check_launch("attention");
   }
@@ -252,6 +316,7 @@ class CudaBackend final : public Backend {
                                  src.as<float>() + src_offset, size_t(src_stride) * sizeof(float),
                                  size_t(width) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream_),
                "copy_columns");
+    check_launch("copy_columns");
   }
 
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
@@ -259,8 +324,26 @@ class CudaBackend final : public Backend {
     const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
     gemv_launch({x.as<float>(), heads * x_stride, x_stride, w.data, is_bf16(w), n * k, nullptr, y.as<float>(),
                  heads * y_stride, y_stride, rows, n, k, heads}, stream_);
-    check_launch("head_matmul");
+    check_launch("head_matmul", [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
   }
+
+  Tensor run_graph(const GraphKey& key, const std::function<Tensor()>& body) override;
+  bool set_graphs(bool enabled) override { return graphs_enabled_ = enabled; }
+  bool graphs() const override { return graphs_enabled_; }
+  GraphStats graph_stats() const override {
+    GraphStats stats = graph_stats_;
+    stats.cached = int64_t(std::count_if(graphs_.begin(), graphs_.end(), [](const auto& g) { return bool(g.second.exec); }));
+    return stats;
+  }
+  void clear_graphs() override {
+    if (graphs_.empty()) return;
+    gate_release();  // a profiled op in flight must not hold the synchronisation up
+    cuda_check(cudaStreamSynchronize(stream_), "synchronising before dropping CUDA graphs");
+    graphs_.clear();
+  }
+
+  void set_profiling(bool on) override;
+  std::vector<OpProfile> take_profile() override;
 
  private:
   enum StepField { kTokens, kPositions, kRowSeq };
@@ -271,6 +354,22 @@ class CudaBackend final : public Backend {
     cuda_check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
     if (options.memory_limit_gib > 0) return size_t(options.memory_limit_gib * double(size_t(1) << 30));
     return size_t(options.memory_utilization * double(total));
+  }
+
+  // Replaces a W2 plane pair [rows, cols / 4] + [rows, cols / 32] by its tensor-core tiles
+  // (kernels/cuda/w2_tiles.h), shaped as the planes of cols rounded up to 128.
+  void tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale) {
+    const int64_t rows = codes.dim(0), cols = codes.dim(1) * 4;
+    const W2TileShape shape = w2_tile_shape(rows, cols);
+    const int64_t padded = shape.chunks * kW2ChunkCols;
+    Tensor tiled_codes = device_tensor(DType::u8, {rows, padded / 4});
+    Tensor tiled_scales = device_tensor(DType::u8, {rows, padded / 32});
+    w2_tile_launch(static_cast<const uint8_t*>(codes.data), static_cast<const uint8_t*>(scales.data), rows, cols,
+                   gate_up, static_cast<uint8_t*>(tiled_codes.data), static_cast<uint8_t*>(tiled_scales.data),
+                   bad_scale.as<int32_t>(), stream_);
+    check_launch("w2_tile");
+    codes = std::move(tiled_codes);
+    scales = std::move(tiled_scales);
   }
 
   static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -319,8 +418,70 @@ class CudaBackend final : public Backend {
   }
 
   void check_launch(const char* op) {
+    check_launch(op, [op] { return std::string(op); });
+  }
+  // After an op's launches: checks them; while profiling an eager step, closes the op's event
+  // pair (its profile name from `name()`) and opens the next op's gate. Nothing synchronises
+  // while a graph is being captured.
+  template <typename Name>
+  void check_launch(const char* op, Name&& name) {
     cuda_check(cudaGetLastError(), op);
-    if (debug_sync_) cuda_check(cudaStreamSynchronize(stream_), op);
+    const bool chained = chain_ && !capturing_;
+    if (chained) chain_op(name());
+    if (debug_sync_ && !capturing_) cuda_check(cudaStreamSynchronize(stream_), op);
+    if (chained) chain_open();
+  }
+
+  // The per-op profile chain of an eager step (begin_step() to the next to_host()).
+  cudaEvent_t chain_event() {
+    if (events_used_ == events_.size()) {
+      cudaEvent_t event = nullptr;
+      cuda_check(cudaEventCreate(&event), "cudaEventCreate");
+      events_.push_back(event);
+    }
+    return events_[events_used_++];
+  }
+  void gate_release() {
+    if (gate_host_) __atomic_store_n(gate_host_, gate_value_, __ATOMIC_SEQ_CST);
+  }
+  // Holds the stream behind a gate until the next op is enqueued, then marks the op's start.
+  void chain_open() {
+    ++gate_value_;
+    profile_gate_launch(gate_device_, gate_value_, kGateTimeoutNs, stream_);
+    cuda_check(cudaGetLastError(), "profile gate");
+    chain_start_ = chain_event();
+    cuda_check(cudaEventRecord(chain_start_, stream_), "cudaEventRecord");
+  }
+  void chain_op(std::string name) {
+    cudaEvent_t stop = chain_event();
+    cuda_check(cudaEventRecord(stop, stream_), "cudaEventRecord");
+    chain_ops_.push_back({std::move(name), chain_start_, stop});
+    gate_release();
+  }
+  // Waits for the chain's ops and adds their times to the profile.
+  void chain_end() {
+    gate_release();
+    chain_ = false;
+    cuda_check(cudaStreamSynchronize(stream_), "per-op profile");
+    for (const ChainOp& op : chain_ops_) {
+      float ms = 0.0f;
+      cuda_check(cudaEventElapsedTime(&ms, op.start, op.stop), "cudaEventElapsedTime");
+      OpProfile& entry = profile_[op.name];
+      entry.op = op.name;
+      ++entry.calls;
+      entry.seconds += double(ms) * 1e-3;
+    }
+    chain_ops_.clear();
+    events_used_ = 0;
+  }
+  void evict_oldest_graph() {
+    auto oldest = std::min_element(graphs_.begin(), graphs_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+    if (oldest->second.exec) {
+      gate_release();
+      cuda_check(cudaStreamSynchronize(stream_), "synchronising before dropping a CUDA graph");
+    }
+    graphs_.erase(oldest);
   }
 
   PagedKvArgs kv_args(KvLayerCache& cache) const {
@@ -346,24 +507,69 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> step_device_;
   size_t step_device_bytes_ = 0;
   StepInputs step_;
+  std::vector<int64_t> seq_blocks_;  // begin_step(): blocks each sequence's rows need
   size_t slots_offset_ = 0, tables_offset_ = 0;
-  int64_t table_stride_ = 0, max_keys_ = 0;
+  int64_t table_stride_ = 0;
   bool debug_sync_ = false;
   std::string name_;
+
+  // CUDA graphs (run_graph), keyed by the caller's key + the step layout.
+  bool graphs_enabled_ = true, capturing_ = false;
+  int64_t max_graphs_ = 32;
+  uint64_t graph_clock_ = 0;
+  std::map<GraphKey, GraphEntry> graphs_;
+  GraphStats graph_stats_;
+
+  // Per-op profile.
+  struct ChainOp {
+    std::string name;
+    cudaEvent_t start, stop;
+  };
+  bool profiling_ = false, chain_ = false;
+  uint32_t* gate_host_ = nullptr;  // mapped pinned memory the gate kernels poll
+  uint32_t* gate_device_ = nullptr;
+  uint32_t gate_value_ = 0;
+  std::vector<cudaEvent_t> events_;
+  size_t events_used_ = 0;
+  cudaEvent_t chain_start_ = nullptr;
+  std::vector<ChainOp> chain_ops_;
+  std::map<std::string, OpProfile> profile_;
 };
 
 // Packs tokens, positions, row_seq (int32 [rows] each), slots (int64 [rows]) and the block tables
-// (int32 [sequences, table_stride], as many blocks as the step's largest position needs) into one
-// pinned buffer and uploads it in one copy.
+// (int32 [sequences, table_stride]) into one pinned buffer and uploads it in one copy. The table
+// stride is the block count the step's longest sequence needs rounded up to a power of two, so a
+// captured graph (whose key includes the stride) stays valid while contexts grow within the
+// bucket; each sequence's row holds the blocks its own rows need, zero-padded (never read). The
+// device buffer only grows (geometrically); moving it drops the graphs, which read it in place.
 void CudaBackend::begin_step(const StepInputs& step) {
-  MOET_CHECK(step.rows > 0 && step.block_size > 0, "malformed step inputs");
+  MOET_CHECK(step.rows > 0 && step.block_size > 0 && step.sequences > 0, "malformed step inputs");
+  if (chain_) chain_end();  // a profiled step that never reached to_host()
+  const int64_t block_size = step.block_size;
+  seq_blocks_.assign(size_t(step.sequences), 0);
+  for (int64_t t = 0; t < step.rows; ++t) {
+    const int32_t seq = step.row_seq[t], pos = step.positions[t];
+    MOET_CHECK(seq >= 0 && seq < step.sequences && pos >= 0, "step row {}: sequence {} / position {} out of range",
+               t, seq, pos);
+    if (step.vocab > 0)
+      MOET_CHECK(step.tokens[t] >= 0 && step.tokens[t] < step.vocab, "token id {} outside the vocabulary [0, {})",
+                 step.tokens[t], step.vocab);
+    seq_blocks_[size_t(seq)] = std::max(seq_blocks_[size_t(seq)], (int64_t(pos) + block_size) / block_size);
+  }
+  const int64_t max_blocks = *std::max_element(seq_blocks_.begin(), seq_blocks_.end());
+  int64_t stride = 1;
+  while (stride < max_blocks) stride *= 2;
   step_ = step;
-  max_keys_ = 0;
-  for (int64_t t = 0; t < step.rows; ++t) max_keys_ = std::max<int64_t>(max_keys_, int64_t(step.positions[t]) + 1);
-  table_stride_ = (max_keys_ + step.block_size - 1) / step.block_size;
+  table_stride_ = stride;
   slots_offset_ = (size_t(3 * step.rows) * sizeof(int32_t) + 7) / 8 * 8;
   tables_offset_ = slots_offset_ + size_t(step.rows) * sizeof(int64_t);
   const size_t bytes = tables_offset_ + size_t(step.sequences * table_stride_) * sizeof(int32_t);
+  if (bytes > step_device_bytes_) {
+    clear_graphs();
+    step_device_bytes_ = std::max({bytes, 2 * step_device_bytes_, size_t(64) << 10});
+    step_device_.reset();
+    step_device_ = memory_.allocate(step_device_bytes_);
+  }
   step_staging_.reserve(bytes);
   step_staging_.wait();
   auto* ints = static_cast<int32_t*>(step_staging_.data);
@@ -373,36 +579,134 @@ void CudaBackend::begin_step(const StepInputs& step) {
   auto* base = static_cast<uint8_t*>(step_staging_.data);
   std::memcpy(base + slots_offset_, step.slots, size_t(step.rows) * sizeof(int64_t));
   auto* tables = reinterpret_cast<int32_t*>(base + tables_offset_);
-  for (int64_t s = 0; s < step.sequences; ++s)
-    std::memcpy(tables + s * table_stride_, step.block_tables[s], size_t(table_stride_) * sizeof(int32_t));
-  if (bytes > step_device_bytes_) {
-    step_device_bytes_ = std::max(bytes, size_t(4096));
-    step_device_ = memory_.allocate(step_device_bytes_);
+  for (int64_t s = 0; s < step.sequences; ++s) {
+    const int64_t used = seq_blocks_[size_t(s)];
+    if (used > 0) std::memcpy(tables + s * table_stride_, step.block_tables[s], size_t(used) * sizeof(int32_t));
+    std::fill(tables + s * table_stride_ + used, tables + (s + 1) * table_stride_, 0);
+  }
+  if (profiling_) {
+    chain_ = true;
+    chain_open();
   }
   cuda_check(cudaMemcpyAsync(step_device_.get(), step_staging_.data, bytes, cudaMemcpyHostToDevice, stream_),
              "uploading the step inputs");
   cuda_check(cudaEventRecord(step_staging_.done, stream_), "cudaEventRecord");
+  check_launch("step_upload");
+}
+
+// Replays the graph of (key, step layout), or captures body() into a new one (relaxed capture
+// mode: the allocator may cudaMalloc; every allocation goes to a private pool the graph keeps)
+// and launches it. A capture that fails (an op that cannot be captured, the budget) is logged,
+// remembered, and that key runs eagerly from then on.
+Tensor CudaBackend::run_graph(const GraphKey& key, const std::function<Tensor()>& body) {
+  if (!graphs_enabled_ || capturing_ || !step_device_) return body();
+  GraphKey full = key;
+  full.values.insert(full.values.end(), {step_.rows, step_.sequences, table_stride_, step_.block_size});
+  const auto name = [this] { return fmt::format("cuda_graph[rows={}]", step_.rows); };
+  if (auto it = graphs_.find(full); it != graphs_.end()) {
+    if (!it->second.exec) return body();
+    it->second.last_use = ++graph_clock_;
+    cuda_check(cudaGraphLaunch(it->second.exec.get(), stream_), "cudaGraphLaunch");
+    ++graph_stats_.replays;
+    check_launch("cuda_graph", name);
+    return it->second.output;
+  }
+  while (!graphs_.empty() && int64_t(graphs_.size()) >= max_graphs_) evict_oldest_graph();
+  GraphEntry entry;
+  std::string error;
+  entry.pool = memory_.begin_private();
+  if (const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed); begin != cudaSuccess) {
+    error = fmt::format("cudaStreamBeginCapture: {}", cudaGetErrorString(begin));
+    memory_.end_private();
+  } else {
+    capturing_ = true;
+    try {
+      entry.output = body();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    memory_.end_private();
+    if (error.empty() && end != cudaSuccess) error = fmt::format("cudaStreamEndCapture: {}", cudaGetErrorString(end));
+    if (error.empty()) {
+      cudaGraphExec_t exec = nullptr;
+      if (const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0); made != cudaSuccess) {
+        error = fmt::format("cudaGraphInstantiate: {}", cudaGetErrorString(made));
+      } else {
+        entry.exec.reset(exec);
+      }
+    }
+    if (graph) cudaGraphDestroy(graph);
+  }
+  if (!error.empty()) {
+    cudaGetLastError();  // the failed capture's error is not the next op's
+    ++graph_stats_.failures;
+    MOET_LOG_WARN("CUDA graph capture failed ({}); steps of this shape ({} rows) run eagerly", error, step_.rows);
+    entry = GraphEntry{};
+    graphs_.emplace(std::move(full), GraphEntry{});
+    return body();
+  }
+  cuda_check(cudaGraphLaunch(entry.exec.get(), stream_), "cudaGraphLaunch");
+  ++graph_stats_.captures;
+  entry.last_use = ++graph_clock_;
+  Tensor output = entry.output;
+  graphs_.emplace(std::move(full), std::move(entry));
+  check_launch("cuda_graph", name);
+  return output;
+}
+
+void CudaBackend::set_profiling(bool on) {
+  if (!on && chain_) chain_end();
+  if (on && gate_host_ == nullptr) {
+    void* host = nullptr;
+    cuda_check(cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped), "cudaHostAlloc (profile gate)");
+    gate_host_ = static_cast<uint32_t*>(host);
+    *gate_host_ = gate_value_;
+    void* device = nullptr;
+    cuda_check(cudaHostGetDevicePointer(&device, host, 0), "cudaHostGetDevicePointer (profile gate)");
+    gate_device_ = static_cast<uint32_t*>(device);
+  }
+  profiling_ = on;
+}
+
+std::vector<OpProfile> CudaBackend::take_profile() {
+  if (chain_) chain_end();
+  std::vector<OpProfile> out;
+  for (auto& [name, entry] : profile_) out.push_back(entry);
+  profile_.clear();
+  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+  });
+  return out;
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   const ExpertWeights& first = set.experts.front();
-  const int64_t bits = first.format == ExpertFormat::w2 ? 2 : first.format == ExpertFormat::fp4 ? 4 : 0;
-  const int64_t experts = int64_t(set.experts.size());
-  const int64_t inner = bits ? first.down.dim(1) * 8 / bits : first.down.dim(1);
-  MOET_CHECK(bits == 0 || hidden == first.down.dim(0), "moe_experts: x has {} columns, the experts {}", hidden,
-             first.down.dim(0));
+  const int64_t experts = int64_t(set.experts.size()), inner = first.inner();
+  const bool w2 = first.format == ExpertFormat::w2;
+  MOET_CHECK(first.format == ExpertFormat::dense || hidden == first.down.dim(0),
+             "moe_experts: x has {} columns, the experts {}", hidden, first.down.dim(0));
   const int64_t items = rows * top_k;
   Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
   Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({1}, DType::i32);
-  Tensor act = alloc({items, inner}), item_out = alloc({items, hidden});
+  Tensor item_out = alloc({items, hidden});
+  // W2 keeps act in its split form (moe_w2.h); the other formats use FP32 act.
+  const int64_t hidden_padded = w2 ? first.gate_up.dim(1) * 4 : 0, inner_padded = w2 ? first.down.dim(1) * 4 : 0;
+  Tensor act = w2 ? Tensor{} : alloc({items, inner});
+  Tensor x_split = w2 ? alloc({rows, 3 * hidden_padded / 2}) : Tensor{};      // BF16 pairs in F32 slots
+  Tensor act_split = w2 ? alloc({items, 3 * inner_padded / 2}) : Tensor{};
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
-                     static_cast<const ExpertPointers*>(set.table.data), bits == 0 && is_bf16(first.gate_up),
-                     first.format == ExpertFormat::w2 ? kMoeW2 : first.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     static_cast<const ExpertPointers*>(set.table.data),
+                     first.format == ExpertFormat::dense && is_bf16(first.gate_up),
+                     w2 ? kMoeW2 : first.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
-                     ranges.as<int32_t>(), count.as<int32_t>(), act.as<float>(), item_out.as<float>(),
-                     out.as<float>()};
+                     ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
+                     out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),
+                     hidden_padded, inner_padded};
   moe_launch(args, stream_);
   check_launch("moe_experts");
 }

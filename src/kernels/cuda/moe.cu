@@ -2,6 +2,9 @@
 #include "kernels/cuda/moe.h"
 
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/moe_group.cuh"
+#include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/quant_core.cuh"
 
 namespace moet::cuda {
@@ -10,38 +13,9 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kGroupThreads = 256;
 
-// One block: counts per expert, the active list in expert order, then each expert's items in
-// item order. Items naming no valid expert are dropped (they contribute nothing).
 __global__ void moe_group_kernel(MoeArgs a) {
   extern __shared__ int32_t count[];  // [experts]
-  const int items = int(a.rows * a.top_k), experts = int(a.experts);
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int c = 0;
-    for (int i = 0; i < items; ++i) c += a.expert_ids[i] == e;
-    count[e] = c;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int start = 0, active = 0;
-    for (int e = 0; e < experts; ++e) {
-      const int c = count[e];
-      if (c > 0) {
-        a.active[active] = e;
-        a.ranges[active] = start;
-        ++active;
-      }
-      count[e] = start;  // becomes the expert's first position
-      start += c;
-    }
-    a.ranges[active] = start;
-    *a.active_count = active;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int pos = count[e];
-    for (int i = 0; i < items; ++i)
-      if (a.expert_ids[i] == e) a.order[pos++] = i;
-  }
+  moe_group_block(a, count);
 }
 
 // Warp w of block (x, a) computes act column j = blockIdx.x * kWarps + w of active expert a.
@@ -99,6 +73,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 }
 
 __global__ void moe_combine_kernel(MoeArgs a) {
+  pdl_wait();  // launched dependent on the W2 down kernel
   const int64_t row = blockIdx.y;
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= a.hidden) return;
@@ -231,17 +206,21 @@ void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stre
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
-  moe_group_kernel<<<1, kGroupThreads, size_t(a.experts) * sizeof(int32_t), stream>>>(a);
+  const dim3 combine_grid(unsigned((a.hidden + 127) / 128), unsigned(a.rows));
   if (a.format == kMoeW2) {
-    moe_quant_products<2>(a, max_active, stream);
-  } else if (a.format == kMoeFp4) {
+    moe_w2_launch(a, max_active, stream);
+    launch_dependent(moe_combine_kernel, combine_grid, dim3(128), 0, a, stream);
+    return;
+  }
+  moe_group_kernel<<<1, kGroupThreads, size_t(a.experts) * sizeof(int32_t), stream>>>(a);
+  if (a.format == kMoeFp4) {
     moe_quant_products<4>(a, max_active, stream);
   } else if (a.w_bf16) {
     moe_products<uint16_t>(a, max_active, stream);
   } else {
     moe_products<float>(a, max_active, stream);
   }
-  moe_combine_kernel<<<dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), 128, 0, stream>>>(a);
+  moe_combine_kernel<<<combine_grid, 128, 0, stream>>>(a);
 }
 
 }  // namespace moet::cuda

@@ -7,6 +7,8 @@
 //   3. down: per active expert, y_item = act @ down^T, written at the item's own position;
 //   4. combine: out[row] = sum over the row's items in ascending expert order of weight * y_item
 //      (a fixed order: deterministic, and the CPU's order).
+// W2 experts run on tensor cores instead (moe_w2.h: the same steps, grouping fused with the
+// activation split, act never leaving its split form).
 // Expert weights are found through `table` (device memory, expert -> {gate_up, down} pointers
 // and, for the block formats, their scale planes), read at run time, so a residency manager may
 // rewrite it between steps and captured graphs stay valid. Weights are BF16, F32, W2 or MXFP4
@@ -49,6 +51,11 @@ struct MoeArgs {
   float* act;
   float* item_out;
   float* out;                   // [rows, hidden]
+  // W2 only (moe_w2.h): table entries point at tiled planes (w2_tiles.h); x and act split into
+  // three BF16 terms, [rows, 3, hidden_padded] and [rows*top_k, 3, inner_padded] (padded to 128).
+  uint16_t* x_split;
+  uint16_t* act_split;
+  int64_t hidden_padded, inner_padded;
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

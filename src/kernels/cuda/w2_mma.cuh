@@ -1,0 +1,77 @@
+// Device building blocks of the W2 tensor-core expert kernels (moe_w2.cu) and of the tile
+// conversion (w2_tiles.cu): where each code of a tile chunk sits (w2_tiles.h), its decoding into
+// BF16 MMA fragments, the three-term BF16 split of FP32 activations, the m16n8k16 MMA, and the
+// programmatic-dependent-launch controls (no-ops before sm_90).
+//
+// Activations keep FP32 accuracy: x = hi + mid + lo with hi = bf16(x), mid = bf16(x - hi),
+// lo = bf16(x - hi - mid) is exact (24 significand bits in three 8-bit pieces), each W2 weight
+// (level / 4) is exact in BF16, products are exact and the MMA accumulates in FP32; the three
+// partial sums are added per output as (hi + mid) + lo. One MMA column triple per activation
+// row, two rows per MMA (columns 6 and 7 are unused).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace moet::cuda {
+
+struct W2FragmentPos {
+  int row, col;  // within the tile (0..15) and the chunk (0..127)
+};
+
+// Lane `lane`'s word q, register j (0..7: k-step j / 4, A register j % 4), half h of one chunk.
+__host__ __device__ inline W2FragmentPos w2_fragment_pos(int lane, int q, int j, int h) {
+  const int g = lane >> 2, c = lane & 3, step = j >> 2, i = j & 3;
+  return {g + 8 * (i & 1), 32 * q + 16 * step + 2 * c + 8 * (i >> 1) + h};
+}
+__host__ __device__ constexpr int w2_m_bit(int j, int h) { return (8 + 16 * h + 2 * j) & 31; }
+__host__ __device__ constexpr int w2_s_bit(int j, int h) { return (15 + 16 * h + 2 * j) & 31; }
+
+// Register j of a code word: two BF16 values level / 4.
+__device__ __forceinline__ uint32_t w2_decode(uint32_t word, int j) {
+  return (__funnelshift_r(word, word, 2 * j) & 0x81008100u) | 0x3E803E80u;
+}
+
+// Offset (in BF16 elements) of column k inside one split activation plane: per scale block, four
+// 16-byte groups (one per lane column c), each the B fragments of the block's two k-steps.
+__host__ __device__ inline int64_t w2_split_offset(int64_t k) {
+  const int kk = int(k & 31), step = kk >> 4, r = kk & 15;
+  const int c = (r & 7) >> 1, pos = (r >> 3) * 2 + (r & 1);
+  return ((k >> 5) * 4 + c) * 8 + step * 4 + pos;
+}
+
+// Writes x as three BF16 terms into planes [3][padded] at w2_split_offset(k).
+__device__ __forceinline__ void w2_split_store(float x, uint16_t* planes, int64_t padded, int64_t k) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(x);
+  const float r1 = x - __bfloat162float(hi);
+  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+  const __nv_bfloat16 lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+  const int64_t at = w2_split_offset(k);
+  planes[at] = __bfloat16_as_ushort(hi);
+  planes[padded + at] = __bfloat16_as_ushort(mid);
+  planes[2 * padded + at] = __bfloat16_as_ushort(lo);
+}
+
+// d += A (16 x 16, BF16) * B (16 x 8, BF16), FP32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Programmatic dependent launch: wait for the previous kernel's memory; let the next one start.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+}  // namespace moet::cuda

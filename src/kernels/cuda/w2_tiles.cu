@@ -1,0 +1,65 @@
+// W2 matrices into the tensor-core tile layout (see w2_tiles.h).
+#include "kernels/cuda/w2_tiles.h"
+
+#include "kernels/cuda/w2_mma.cuh"
+
+namespace moet::cuda {
+namespace {
+
+// One thread per (tile, chunk, lane): the lane's four code words; lanes < 16 also write the four
+// scale bytes of row `lane` of the tile.
+__global__ void w2_tile_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool gate_up,
+                               W2TileShape shape, uint8_t* tiled_codes, uint8_t* tiled_scales, int32_t* bad_scale) {
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= shape.tiles * shape.chunks * 32) return;
+  const int lane = int(id % 32);
+  const int64_t chunk = (id / 32) % shape.chunks, tile = id / 32 / shape.chunks;
+  const int64_t row_bytes = cols / 4, row_blocks = cols / 32;
+  auto source_row = [&](int local) {
+    if (!gate_up) return tile * kW2TileRows + local;
+    const int64_t inner = rows / 2;
+    return local < 8 ? tile * 8 + local : inner + tile * 8 + (local - 8);
+  };
+  uint32_t words[4];
+  for (int q = 0; q < 4; ++q) {
+    uint32_t w = 0;
+    for (int j = 0; j < 8; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const W2FragmentPos pos = w2_fragment_pos(lane, q, j, h);
+        const int64_t k = chunk * kW2ChunkCols + pos.col;
+        int code = 2;  // padding columns: any level (their activations are zero)
+        if (k < cols) code = (codes[source_row(pos.row) * row_bytes + k / 4] >> (2 * (k % 4))) & 3;
+        const uint32_t s = code < 2, m = code == 0 || code == 3;
+        w |= m << w2_m_bit(j, h) | s << w2_s_bit(j, h);
+      }
+    }
+    words[q] = w;
+  }
+  reinterpret_cast<uint4*>(tiled_codes)[id] = make_uint4(words[0], words[1], words[2], words[3]);
+  if (lane < kW2TileRows) {
+    uint8_t* out = tiled_scales + (tile * shape.chunks + chunk) * kW2ChunkScaleBytes + lane * 4;
+    for (int q = 0; q < 4; ++q) {
+      const int64_t block = chunk * 4 + q;
+      uint32_t byte = 127;  // padding blocks: 2^0
+      if (block < row_blocks) byte = scales[source_row(lane) * row_blocks + block];
+      if (byte >= 253) *bad_scale = 1;
+      out[q] = uint8_t(byte + 2);
+    }
+  }
+}
+
+}  // namespace
+
+W2TileShape w2_tile_shape(int64_t rows, int64_t cols) {
+  return {rows / kW2TileRows, (cols + kW2ChunkCols - 1) / kW2ChunkCols};
+}
+
+void w2_tile_launch(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool gate_up,
+                    uint8_t* tiled_codes, uint8_t* tiled_scales, int32_t* bad_scale, cudaStream_t stream) {
+  const W2TileShape shape = w2_tile_shape(rows, cols);
+  const int64_t threads = shape.tiles * shape.chunks * 32;
+  w2_tile_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(codes, scales, rows, cols, gate_up, shape,
+                                                                      tiled_codes, tiled_scales, bad_scale);
+}
+
+}  // namespace moet::cuda
