@@ -1,4 +1,9 @@
-// Dense and per-head products (see gemv.h): a block of 8 warps, each warp two output columns.
+// Dense and per-head products (see gemv.h): a block of 8 warps; each group of S warps computes two
+// output columns, warp s of the group over the s-th of S equal slices of k (split K), the S
+// partial sums added in slice order through shared memory. S depends only on the problem shape
+// (n, k, batch), never on the rows, so results stay batch-invariant and bit-identical run to run;
+// small matrices (K/V projections, routers) get S up to 8, so enough warps stream them at once,
+// and large ones (an LM head) keep S = 1.
 #include "kernels/cuda/gemv.h"
 
 #include "kernels/cuda/gemv_core.cuh"
@@ -7,25 +12,46 @@ namespace moet::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kCols = 2;  // output columns per warp
+constexpr int kCols = 2;              // output columns per warp group
+constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
 
-template <typename W>
+template <typename W, int S>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * kCols;
-  if (n0 >= a.n) return;
+  __shared__ float partial[kWarps][kMaxRows][kCols];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slice = warp % S;
+  const int64_t n0 = (int64_t(blockIdx.x) * (kWarps / S) + warp / S) * kCols;
+  const bool active = n0 < a.n;  // inactive warps still reach the block barriers
+  const int64_t k0 = a.k * slice / S, k1 = a.k * (slice + 1) / S;
   const int64_t b = blockIdx.y;
   const W* wb = static_cast<const W*>(a.w) + b * a.w_batch_stride;
   const W* w[kCols];
 #pragma unroll
-  for (int j = 0; j < kCols; ++j) w[j] = wb + min(n0 + j, a.n - 1) * a.k;
+  for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, a.n - 1) + j, a.n - 1) * a.k + k0;
   for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxRows) {
     const int rows = int(a.rows - r0 < kMaxRows ? a.rows - r0 : kMaxRows);
     const float* x[kMaxRows];
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) x[r] = a.x + b * a.x_batch_stride + (r0 + min(r, rows - 1)) * a.x_row_stride;
+    for (int r = 0; r < kMaxRows; ++r)
+      x[r] = a.x + b * a.x_batch_stride + (r0 + min(r, rows - 1)) * a.x_row_stride + k0;
     float acc[kMaxRows][kCols];
-    warp_dot<W, kCols>(x, rows, w, int(a.k), vec, acc);
+    warp_dot<W, kCols>(x, rows, w, int(k1 - k0), vec, acc);
+    if (S > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < kMaxRows; ++r)
+#pragma unroll
+          for (int j = 0; j < kCols; ++j) partial[warp][r][j] = acc[r][j];
+      __syncthreads();
+      if (slice == 0)
+#pragma unroll
+        for (int r = 0; r < kMaxRows; ++r)
+#pragma unroll
+          for (int j = 0; j < kCols; ++j)
+#pragma unroll
+            for (int s = 1; s < S; ++s) acc[r][j] += partial[warp + s][r][j];
+      __syncthreads();  // partials read before the next pass overwrites them
+    }
+    if (!active || slice != 0) continue;
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r)
 #pragma unroll
@@ -37,6 +63,32 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The largest S in {1, 2, 4, 8} that keeps at most ~4096 warps in the launch and slices of at
+// least 512 weights, each a multiple of kSliceAlign (so every slice keeps the vector path).
+int split_for(const GemvArgs& a) {
+  const int64_t groups = (a.n + kCols - 1) / kCols * a.batch;
+  int s = 1;
+  while (s < 8 && groups * s * 2 <= 4096 && a.k % (kSliceAlign * s * 2) == 0 && a.k / (s * 2) >= 512) s *= 2;
+  return s;
+}
+
+template <typename W, int S>
+void launch(const GemvArgs& a, bool vec, cudaStream_t stream) {
+  const int64_t cols_per_block = kCols * (kWarps / S);
+  const dim3 grid(unsigned((a.n + cols_per_block - 1) / cols_per_block), unsigned(a.batch));
+  gemv_kernel<W, S><<<grid, kWarps * 32, 0, stream>>>(a, vec);
+}
+
+template <typename W>
+void launch_split(const GemvArgs& a, bool vec, cudaStream_t stream) {
+  switch (split_for(a)) {
+    case 8: launch<W, 8>(a, vec, stream); break;
+    case 4: launch<W, 4>(a, vec, stream); break;
+    case 2: launch<W, 2>(a, vec, stream); break;
+    default: launch<W, 1>(a, vec, stream); break;
+  }
+}
+
 }  // namespace
 
 bool gemv_vector_ok(const GemvArgs& a) {
@@ -45,12 +97,11 @@ bool gemv_vector_ok(const GemvArgs& a) {
 }
 
 void gemv_launch(const GemvArgs& a, cudaStream_t stream) {
-  const dim3 grid(unsigned((a.n + kWarps * kCols - 1) / (kWarps * kCols)), unsigned(a.batch));
   const bool vec = gemv_vector_ok(a);
   if (a.w_bf16) {
-    gemv_kernel<uint16_t><<<grid, kWarps * 32, 0, stream>>>(a, vec);
+    launch_split<uint16_t>(a, vec, stream);
   } else {
-    gemv_kernel<float><<<grid, kWarps * 32, 0, stream>>>(a, vec);
+    launch_split<float>(a, vec, stream);
   }
 }
 
