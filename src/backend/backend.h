@@ -18,9 +18,11 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,18 @@ struct OpProfile {
   int64_t calls = 0;
   double seconds = 0.0;
 };
+
+// A backend's accumulated profile (op name -> totals) as take_profile() returns it, most time
+// first (ties by name), leaving the accumulator empty.
+inline std::vector<OpProfile> drain_profile(std::map<std::string, OpProfile>& profile) {
+  std::vector<OpProfile> out;
+  for (auto& [name, entry] : profile) out.push_back(entry);
+  profile.clear();
+  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+  });
+  return out;
+}
 
 // A KV cache for one layer, in the layout PagedKv describes (storage owned by the backend).
 struct KvLayerCache {

@@ -185,15 +185,7 @@ class CpuBackend final : public Backend {
                    int64_t y_stride) override;
 
   void set_profiling(bool on) override { profiling_ = on; }
-  std::vector<OpProfile> take_profile() override {
-    std::vector<OpProfile> out;
-    for (auto& [name, entry] : profile_) out.push_back(entry);
-    profile_.clear();
-    std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
-      return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
-    });
-    return out;
-  }
+  std::vector<OpProfile> take_profile() override { return drain_profile(profile_); }
 
  private:
   // Wall time of an op while profiling; only the outermost op counts (moe_experts and

@@ -673,13 +673,7 @@ void CudaBackend::set_profiling(bool on) {
 
 std::vector<OpProfile> CudaBackend::take_profile() {
   if (chain_) chain_end();
-  std::vector<OpProfile> out;
-  for (auto& [name, entry] : profile_) out.push_back(entry);
-  profile_.clear();
-  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
-    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
-  });
-  return out;
+  return drain_profile(profile_);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
