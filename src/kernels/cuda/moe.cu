@@ -103,9 +103,10 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
   moe_down_kernel<W><<<dim3(unsigned((a.hidden + 2 * kWarps - 1) / (2 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a, vec_down);
 }
 
-// Block formats (W2 / MXFP4). Warp w of block (x, a) computes act columns j0 = 2 * (blockIdx.x *
-// kWarps + w) and j0 + 1 of active expert a from four weight rows (gate j0, gate j0 + 1, up j0,
-// up j0 + 1), R rows of activations per pass; inner is even (a multiple of 32).
+// MXFP4 on CUDA cores (quant_core.cuh). Warp w of block (x, a) computes act columns
+// j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a from four weight rows (gate
+// j0, gate j0 + 1, up j0, up j0 + 1), R rows of activations per pass; inner is even (a multiple
+// of 32).
 template <int kBits, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs a) {
   const int slot = blockIdx.y;

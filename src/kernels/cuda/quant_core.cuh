@@ -1,19 +1,16 @@
-// The inner loop of the W2 / MXFP4 expert products (docs/formats.md, section 2): one warp
+// The inner loop of the MXFP4 expert products on CUDA cores (docs/formats.md, section 2; W2 runs
+// on tensor cores instead: moe_w2.cu). The block format is a template parameter: one warp
 // computes NW output columns for up to R FP32 activation rows. Each lane owns whole blocks of 32
-// weights (block b, b + 32, ...): it loads the block's codes (8 bytes of W2 or 16 of e2m1, one
-// coalesced load per column) and its UE8M0 scale, decodes the codes in registers with byte
-// permutes (prmt) against lookup tables held in immediates, sums level * x over the block in FP32
+// weights (block b, b + 32, ...): it loads the block's codes (16 bytes of e2m1, one coalesced
+// load per column) and its UE8M0 scale, decodes the codes in registers with byte permutes (prmt)
+// against lookup tables held in immediates, sums level * x over the block in FP32
 // and then multiplies by the exact power-of-two scale, as the CPU kernels do. Decoding is done
 // once per weight, however many rows use it. The summation order depends only on k (fixed lane
 // ownership of blocks, then a fixed xor-shuffle tree): bit-identical run to run.
 //
-// Decoding (no shared memory, no local arrays):
-//   W2: the 16 codes of a 32-bit word are split by parity into two 4-nibble selectors
-//       ((w >> s) & 0x3333), one prmt maps four codes to the top bytes of {-4, -1, 1, 4}
-//       (0xC0, 0xBF, 0x3F, 0x40), one prmt per weight builds the float (top byte, 0x80, 0, 0).
-//   FP4: per four nibbles, two prmt give the two top bytes of the magnitude {0, .5, ..., 6}, a
-//       third (sign-replicating selector nibbles) gives the signs; one prmt per two weights
-//       interleaves them into two BF16-like halves, unpacked with an AND and a shift.
+// Decoding (no shared memory, no local arrays): per four nibbles, two prmt give the two top bytes
+// of the magnitude {0, .5, ..., 6}, a third (sign-replicating selector nibbles) gives the signs; one prmt per two weights interleaves
+// them into two BF16-like halves, unpacked with an AND and a shift.
 #pragma once
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -34,23 +31,6 @@ __device__ __forceinline__ float ue8m0_value(uint32_t byte) {
 }
 
 template <int kBits> struct QuantCodes;
-
-template <> struct QuantCodes<2> {  // one block of 32 W2 codes: 8 bytes
-  uint2 v;
-  __device__ __forceinline__ void load(const uint8_t* p) { v = __ldg(reinterpret_cast<const uint2*>(p)); }
-  // Weights 8c .. 8c + 7 of the block, in k order.
-  __device__ __forceinline__ void decode(int c, float (&f)[8]) const {
-    const uint32_t word = c < 2 ? v.x : v.y;
-    const uint32_t base = word >> (16 * (c & 1));
-    const uint32_t even = prmt(0x403FBFC0u, 0u, base & 0x3333u);          // codes 0, 2, 4, 6
-    const uint32_t odd = prmt(0x403FBFC0u, 0u, (base >> 2) & 0x3333u);   // codes 1, 3, 5, 7
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      f[2 * q] = __uint_as_float(prmt(even, 0x80u, uint32_t(q << 12) | 0x455u));
-      f[2 * q + 1] = __uint_as_float(prmt(odd, 0x80u, uint32_t(q << 12) | 0x455u));
-    }
-  }
-};
 
 template <> struct QuantCodes<4> {  // one block of 32 e2m1 nibbles: 16 bytes, low nibble = even k
   uint4 v;
