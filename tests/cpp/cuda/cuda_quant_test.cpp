@@ -85,5 +85,26 @@ TEST(CudaQuantMoe, RejectsMalformedPlanes) {
   EXPECT_THROW(p.gpu->expert_set(experts), std::exception);
 }
 
+// The tensor-core W2 kernels fold a factor 4 into the scale byte (e + 2), so scales >= 2^126
+// (bytes >= 253) are refused at load with a message, not silently overflowed.
+TEST(CudaQuantMoe, RejectsW2ScalesBeyondTheTileRange) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t hidden = 64, inner = 32;
+  auto gu = plane(p, std::vector<uint8_t>(size_t(2 * inner * hidden / 4)), {2 * inner, hidden / 4});
+  std::vector<uint8_t> gate_up_scales(size_t(2 * inner * hidden / 32), 127);
+  gate_up_scales[5] = 253;
+  auto gus = plane(p, gate_up_scales, {2 * inner, hidden / 32});
+  auto dn = plane(p, std::vector<uint8_t>(size_t(hidden * inner / 4)), {hidden, inner / 4});
+  auto dns = plane(p, std::vector<uint8_t>(size_t(hidden * inner / 32), 127), {hidden, inner / 32});
+  std::vector<ExpertWeights> experts{{gu.second, dn.second, ExpertFormat::w2, gus.second, dns.second}};
+  try {
+    p.gpu->expert_set(experts);
+    ADD_FAILURE() << "a W2 scale byte of 253 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("2^126"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace moet::test
