@@ -138,6 +138,9 @@ class Backend {
   virtual void embedding(const Tensor& table, Tensor& out) = 0;
   // Normalises each `dim`-wide group of x (rows of width dim, or per head when dim < cols).
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // The decoder's residual step: residual += delta, then out = rmsnorm(residual) per row (same
+  // result as add() then rmsnorm(); out must not alias residual or delta).
+  virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
   // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   virtual void add(Tensor& y, const Tensor& x) = 0;
@@ -146,6 +149,12 @@ class Backend {
   // row t by the angle of step.positions[t].
   virtual void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride,
                     int64_t offset) = 0;
+  // The GQA attention prologue, in place: each head_dim-wide head of q [rows, q_heads * head_dim]
+  // and k [rows, k_heads * head_dim] is RMS-normalised with q_norm / k_norm [head_dim] (an empty
+  // tensor: no norm), then roped on its first 2 * table.inv_freq.size() values (offset 0). Same
+  // result as rmsnorm() per head then rope().
+  virtual void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                            int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps) = 0;
   // Writes row t of k (and v) into KV slot step.slots[t].
   virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) = 0;
   // Causal attention of the step's rows over the cache (see kernels/cpu/attention.h).

@@ -47,12 +47,7 @@ class GqaAttention final : public AttentionBlock {
     b.matmul(x, q_, &q_bias_, q);
     b.matmul(x, k_, &k_bias_, k);
     b.matmul(x, v_, &v_bias_, v);
-    if (!q_norm_.empty()) {
-      b.rmsnorm(q, q_norm_, eps_, q);
-      b.rmsnorm(k, k_norm_, eps_, k);
-    }
-    b.rope(rope_, q, heads_, head_dim_, 0);
-    b.rope(rope_, k, kv_heads_, head_dim_, 0);
+    b.qk_norm_rope(rope_, q, heads_, k, kv_heads_, head_dim_, q_norm_, k_norm_, eps_);
     b.kv_write(cache, k, &v);
     Tensor attn = b.alloc({rows, heads_ * head_dim_});
     b.attention(cache, q, heads_, head_dim_, scale_, attn);

@@ -82,26 +82,26 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
+  const float eps = float(config_.rms_norm_eps);
+  // Each block's output joins the residual stream in one op with the norm that follows it.
   backend_.embedding(embed_, residual);
+  backend_.rmsnorm(residual, layers_.front().input_norm, eps, normed);
   for (size_t l = 0; l < layers_.size(); ++l) {
     DecoderLayer& layer = layers_[l];
-    backend_.rmsnorm(residual, layer.input_norm, float(config_.rms_norm_eps), normed);
     layer.attention->forward(ctx, normed, cache.layers[l], branch);
-    backend_.add(residual, branch);
-    backend_.rmsnorm(residual, layer.post_attention_norm, float(config_.rms_norm_eps), normed);
+    backend_.add_rmsnorm(residual, branch, layer.post_attention_norm, eps, normed);
     layer.ffn->forward(backend_, normed, branch);
-    backend_.add(residual, branch);
+    if (l + 1 < layers_.size()) backend_.add_rmsnorm(residual, branch, layers_[l + 1].input_norm, eps, normed);
   }
   const int64_t out_rows = int64_t(batch.logit_rows.size());
   if (out_rows == 0) return backend_.alloc({0, config_.vocab_size});  // a prefill chunk that samples nothing
   bool all_rows = out_rows == rows;  // logits of every row in order (decode): no gather needed
   for (int64_t i = 0; all_rows && i < out_rows; ++i) all_rows = batch.logit_rows[size_t(i)] == i;
-  Tensor last = all_rows ? residual : backend_.alloc({out_rows, hidden});
+  backend_.add_rmsnorm(residual, branch, final_norm_, eps, normed);  // row-wise: gathering after is exact
+  Tensor last_normed = all_rows ? normed : backend_.alloc({out_rows, hidden});
   for (int64_t i = 0; !all_rows && i < out_rows; ++i)
-    backend_.copy_columns(residual, hidden, int64_t(batch.logit_rows[size_t(i)]) * hidden, last, hidden,
+    backend_.copy_columns(normed, hidden, int64_t(batch.logit_rows[size_t(i)]) * hidden, last_normed, hidden,
                           i * hidden, 1, hidden);
-  Tensor last_normed = backend_.alloc({out_rows, hidden});
-  backend_.rmsnorm(last, final_norm_, float(config_.rms_norm_eps), last_normed);
   Tensor logits = backend_.alloc({out_rows, config_.vocab_size});
   backend_.matmul(last_normed, lm_head_, nullptr, logits);
   return logits;

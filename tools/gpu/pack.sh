@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Here (the dev machine, nvcc present): builds the GPU binaries for sm_90 in build-cuda and copies
-# them, with the shared libraries the GPU machine lacks, into .gpu-carry/ (git-ignored), which
-# the device tool carries next to the working tree; tools/gpu/run.sh runs them there.
+# them, with the shared libraries the GPU machine lacks, into .gpu-carry/ (git-ignored), and
+# compresses that into .gpu-pack/carry.tar.xz (git-ignored), which the device tool carries next to
+# the working tree (the tree plus what is carried must stay under 64 MiB); tools/gpu/run.sh
+# unpacks and runs them there.
 # Usage: bash tools/gpu/pack.sh [archs]   (default 90; BUILD_DIR=... picks the build folder, default build-cuda)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCHS=${1:-90}
 B=${BUILD_DIR:-build-cuda}
-grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude
+for ignored in /.gpu-carry/ /.gpu-pack/; do
+  grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
+done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
-cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench
+cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench cuda_norm_bench cuda_ops_bench
 rm -rf .gpu-carry && mkdir -p .gpu-carry/lib
-BINARIES="$B/moet $B/tests/cpp/cuda/moet_cuda_tests $B/bench/cuda_moe_bench"
-cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_moe_bench
+BINARIES="$B/moet $B/tests/cpp/cuda/moet_cuda_tests $B/bench/cuda_moe_bench $B/bench/cuda_norm_bench $B/bench/cuda_ops_bench"
+cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_*_bench
 # Every non-glibc/non-libstdc++ library the binaries load (the GPU image lacks PCRE2, utf8proc,
 # xxhash, liburing; copying the rest too keeps the versions the binaries were linked against).
 for bin in $BINARIES; do
@@ -21,4 +25,5 @@ done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+
   while read -r lib; do cp -L "$lib" .gpu-carry/lib/; done
 git rev-parse HEAD > .gpu-carry/commit
 { git diff --quiet && git diff --cached --quiet; } || echo "(+ uncommitted changes)" >> .gpu-carry/commit
-du -sh .gpu-carry
+mkdir -p .gpu-pack && tar cJf .gpu-pack/carry.tar.xz .gpu-carry
+du -sh .gpu-carry .gpu-pack

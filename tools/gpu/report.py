@@ -32,6 +32,7 @@ def main():
         "tests": summary,
         "parity": load(out / "parity.json"),
         "kernels": load(out / "kernels.json"),
+        "ops": load(out / "ops.json"),
         "e2e": {p.stem: load(p) for p in sorted(out.glob("e2e_*.json"))},
     }
     print(json.dumps(report, indent=2))

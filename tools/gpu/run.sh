@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: runs the CUDA test suites, parity against transformers on every fixture,
 # the kernel microbenchmarks and the end-to-end decode benchmarks, from the binaries that
-# tools/gpu/pack.sh put into .gpu-carry/, and writes everything into RESULTS_DIR, ending with
+# tools/gpu/pack.sh put into .gpu-pack/carry.tar.xz (unpacked into .gpu-carry/), and writes everything into RESULTS_DIR, ending with
 # report.json (machine, commit, tests, parity, benchmarks). Usage: bash tools/gpu/run.sh RESULTS_DIR [quick|ncu]
 # "quick" runs one small end-to-end benchmark (Qwen3-30B-A3B, 4 layers; experts W2, FP4 and native
 # BF16) instead of all; "ncu" runs the tests, the kernel benchmark and Nsight Compute on the W2
@@ -12,6 +12,7 @@ OUT_DIR=${1:?usage: run.sh RESULTS_DIR [quick|ncu]}
 MODE=${2:-full}
 mkdir -p "$OUT_DIR"
 CARRY=$PWD/.gpu-carry
+[ -f .gpu-pack/carry.tar.xz ] && tar xJf .gpu-pack/carry.tar.xz
 export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MOET_LOG_LEVEL=warn
 MOET=$CARRY/moet
@@ -28,13 +29,16 @@ step() {  # step NAME COMMAND...: runs it with its log in OUT_DIR/NAME.log, reco
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT_DIR/machine.txt" 2>&1
 step tests "$CARRY/moet_cuda_tests" --gtest_output=json:"$OUT_DIR/tests.json"
 step kernels "$CARRY/cuda_moe_bench" "$OUT_DIR/kernels.json"
+step ops "$CARRY/cuda_ops_bench" "$OUT_DIR/ops.json"
+step norm "$CARRY/cuda_norm_bench"
 if [ "$MODE" = ncu ]; then
   # Nsight Compute on the first launches of the W2 product kernels (the DeepSeek-V3 shape at
   # batch 1 comes first in cuda_moe_bench): throughput, occupancy and warp stall reasons.
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
   step ncu_w2 "$NCU" --clock-control none --kernel-name regex:w2_product_kernel --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-    --section LaunchStats "$CARRY/cuda_moe_bench"
+    --section LaunchStats --section SchedulerStats --section InstructionStats \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio "$CARRY/cuda_moe_bench"
   python3 tools/gpu/report.py "$OUT_DIR" "$CARRY/commit" > "$OUT_DIR/report.json"
   exit $status
 fi

@@ -125,6 +125,14 @@ class CpuBackend final : public Backend {
     moet::rmsnorm(x.as<float>(), groups, dim, dim, weight.as<float>(), eps, out.as<float>(), dim, pool_);
   }
 
+  void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override {
+    const int64_t dim = weight.numel();
+    const OpScope scope(*this, [&] { return fmt::format("add_rmsnorm[dim={}]", dim); });
+    add_inplace(residual.as<float>(), delta.as<float>(), residual.numel());
+    moet::rmsnorm(residual.as<float>(), residual.numel() / dim, dim, dim, weight.as<float>(), eps, out.as<float>(), dim,
+                  pool_);
+  }
+
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
     MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]", rows, k, n, w.dim(1));
@@ -150,6 +158,19 @@ class CpuBackend final : public Backend {
   void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
     const OpScope scope(*this, [] { return std::string("rope"); });
     rope_apply(table, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset, step_.positions);
+  }
+
+  void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads, int64_t head_dim,
+                    const Tensor& q_norm, const Tensor& k_norm, float eps) override {
+    const OpScope scope(*this, [&] { return fmt::format("qk_norm_rope[dim={}]", head_dim); });
+    const auto prologue = [&](Tensor& x, int64_t heads, const Tensor& norm) {
+      float* values = x.as<float>();
+      if (!norm.empty())
+        moet::rmsnorm(values, x.numel() / head_dim, head_dim, head_dim, norm.as<float>(), eps, values, head_dim, pool_);
+      rope_apply(table, values, step_.rows, heads, x.numel() / step_.rows, head_dim, 0, step_.positions);
+    };
+    prologue(q, q_heads, q_norm);
+    prologue(k, k_heads, k_norm);
   }
 
   void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {

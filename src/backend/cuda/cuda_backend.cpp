@@ -19,8 +19,11 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/head_norm_rope.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/profile_gate.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/w2_tiles.h"
 
@@ -84,6 +87,8 @@ class CudaBackend final : public Backend {
     }
     staging_[0].reserve(kStagingBytes);
     staging_[1].reserve(kStagingBytes);
+    attention_counters_ = device_tensor(DType::i32, {kAttentionMaxSplitUnits});
+    cuda_check(cudaMemsetAsync(attention_counters_.data, 0, attention_counters_.bytes(), stream_), "cudaMemset");
     const char* sync = std::getenv("MOET_CUDA_SYNC");
     debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
     graphs_enabled_ = options.graphs;
@@ -237,8 +242,17 @@ class CudaBackend final : public Backend {
 
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     const int64_t dim = weight.numel();
+    check_norm_dim(dim);
     rmsnorm_launch(x.as<float>(), x.numel() / dim, dim, weight.as<float>(), eps, out.as<float>(), stream_);
     check_launch("rmsnorm", [&] { return fmt::format("rmsnorm[dim={}]", dim); });
+  }
+
+  void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override {
+    const int64_t dim = weight.numel();
+    check_norm_dim(dim);
+    add_rmsnorm_launch(residual.as<float>(), delta.as<float>(), residual.numel() / dim, dim, weight.as<float>(), eps,
+                       out.as<float>(), stream_);
+    check_launch("add_rmsnorm", [&] { return fmt::format("add_rmsnorm[dim={}]", dim); });
   }
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
@@ -261,15 +275,24 @@ class CudaBackend final : public Backend {
   }
 
   void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
-    RopeArgs args{};
-    args.pairs = int(table.inv_freq.size());
-    MOET_CHECK(args.pairs > 0 && args.pairs <= kMaxRopePairs, "rope with {} pairs is not supported on CUDA", args.pairs);
-    std::copy(table.inv_freq.begin(), table.inv_freq.end(), args.inv_freq);
-    args.scale = table.scale;
-    args.interleaved = table.interleaved;
-    rope_launch(args, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset,
-                step_ints(kPositions), stream_);
+    const HeadSet set{x.as<float>(), heads, x.numel() / step_.rows, head_stride, nullptr, 0, offset};
+    head_norm_rope_launch(rope_args(table), set, {}, step_.rows, 0.0f, step_ints(kPositions), stream_);
     check_launch("rope");
+  }
+
+  void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads, int64_t head_dim,
+                    const Tensor& q_norm, const Tensor& k_norm, float eps) override {
+    MOET_CHECK(2 * int64_t(table.inv_freq.size()) <= head_dim, "rope of {} values on heads of {}",
+               2 * table.inv_freq.size(), head_dim);
+    MOET_CHECK((q_norm.empty() && k_norm.empty()) || head_dim <= kHeadNormRopeMaxSpan,
+               "per-head RMSNorm over {} floats is not supported on CUDA (at most {})", head_dim, kHeadNormRopeMaxSpan);
+    const auto set = [&](Tensor& x, int64_t heads, const Tensor& norm) {
+      return HeadSet{x.as<float>(), heads, heads * head_dim, head_dim, norm.empty() ? nullptr : norm.as<float>(),
+                     head_dim, 0};
+    };
+    head_norm_rope_launch(rope_args(table), set(q, q_heads, q_norm), set(k, k_heads, k_norm), step_.rows, eps,
+                          step_ints(kPositions), stream_);
+    check_launch("qk_norm_rope", [&] { return fmt::format("qk_norm_rope[dim={}]", head_dim); });
   }
 
   void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {
@@ -278,8 +301,8 @@ class CudaBackend final : public Backend {
   }
 
   // Key counts come from the device (positions), so nothing here depends on the context length
-  // beyond the table stride bucket (part of every graph key); split mode when a row can have
-  // several segments and the step is decode-sized (same bits either way, attention.h).
+  // beyond the table stride bucket (part of every graph key); split steps (decode-sized, same
+  // bits either way: attention.h) get partials scratch and the persistent zeroed counters.
   void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                  Tensor& out) override {
     const PagedKv& view = cache.view;
@@ -288,13 +311,12 @@ class CudaBackend final : public Backend {
                "{} / {})", q_heads, view.kv_heads, view.k_dim, view.v_dim, kAttentionMaxKDim, kAttentionMaxVDim);
     const int64_t rows = q.numel() / (q_heads * q_stride);
     AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
-                       q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(), nullptr, 1};
-    const int64_t segments = attention_segments(table_stride_ * step_.block_size);
+                       q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(),
+                       table_stride_ * step_.block_size, nullptr, attention_counters_.as<int32_t>()};
     Tensor partials;
-    if (attention_use_split(rows, q_heads, segments)) {
-      partials = alloc({attention_partial_floats(rows, q_heads, segments, view.v_dim)});
+    if (const int64_t floats = attention_partial_floats(args); floats > 0) {
+      partials = alloc({floats});
       args.partials = partials.as<float>();
-      args.splits = segments;
     }
     attention_launch(args, stream_);
     check_launch("attention");
@@ -362,14 +384,29 @@ class CudaBackend final : public Backend {
     const int64_t rows = codes.dim(0), cols = codes.dim(1) * 4;
     const W2TileShape shape = w2_tile_shape(rows, cols);
     const int64_t padded = shape.chunks * kW2ChunkCols;
-    Tensor tiled_codes = device_tensor(DType::u8, {rows, padded / 4});
-    Tensor tiled_scales = device_tensor(DType::u8, {rows, padded / 32});
+    // One plane of records (codes and scales together, w2_tiles.h); the two tensors keep their
+    // shapes over it, the scales one pointing at the first record's scale bytes.
+    Tensor tiled = device_tensor(DType::u8, {int64_t(shape.bytes())});
     w2_tile_launch(static_cast<const uint8_t*>(codes.data), static_cast<const uint8_t*>(scales.data), rows, cols,
-                   gate_up, static_cast<uint8_t*>(tiled_codes.data), static_cast<uint8_t*>(tiled_scales.data),
-                   bad_scale.as<int32_t>(), stream_);
+                   gate_up, tiled.as<uint8_t>(), bad_scale.as<int32_t>(), stream_);
     check_launch("w2_tile");
-    codes = std::move(tiled_codes);
-    scales = std::move(tiled_scales);
+    codes = Tensor{DType::u8, {rows, padded / 4}, tiled.storage, tiled.data};
+    scales = Tensor{DType::u8, {rows, padded / 32}, tiled.storage, tiled.as<uint8_t>() + kW2ChunkCodeBytes};
+  }
+
+  static void check_norm_dim(int64_t dim) {
+    MOET_CHECK(dim <= kRmsNormMaxDim, "rmsnorm over {} floats is not supported on CUDA (at most {})", dim,
+               kRmsNormMaxDim);
+  }
+
+  static RopeArgs rope_args(const RopeTable& table) {
+    RopeArgs args{};
+    args.pairs = int(table.inv_freq.size());
+    MOET_CHECK(args.pairs > 0 && args.pairs <= kMaxRopePairs, "rope with {} pairs is not supported on CUDA", args.pairs);
+    std::copy(table.inv_freq.begin(), table.inv_freq.end(), args.inv_freq);
+    args.scale = table.scale;
+    args.interleaved = table.interleaved;
+    return args;
   }
 
   static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -510,6 +547,7 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> seq_blocks_;  // begin_step(): blocks each sequence's rows need
   size_t slots_offset_ = 0, tables_offset_ = 0;
   int64_t table_stride_ = 0;
+  Tensor attention_counters_;  // zeros between attention launches (attention.h)
   bool debug_sync_ = false;
   std::string name_;
 
@@ -686,13 +724,17 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
              "moe_experts: x has {} columns, the experts {}", hidden, first.down.dim(0));
   const int64_t items = rows * top_k;
   Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
-  Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({1}, DType::i32);
+  Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({2}, DType::i32);
   Tensor item_out = alloc({items, hidden});
   // W2 keeps act in its split form (moe_w2.h); the other formats use FP32 act.
   const int64_t hidden_padded = w2 ? first.gate_up.dim(1) * 4 : 0, inner_padded = w2 ? first.down.dim(1) * 4 : 0;
   Tensor act = w2 ? Tensor{} : alloc({items, inner});
   Tensor x_split = w2 ? alloc({rows, 3 * hidden_padded / 2}) : Tensor{};      // BF16 pairs in F32 slots
   Tensor act_split = w2 ? alloc({items, 3 * inner_padded / 2}) : Tensor{};
+  const W2Scratch w2_scratch = w2 ? moe_w2_scratch(rows, top_k, experts, hidden, inner) : W2Scratch{};
+  Tensor passes = w2 ? alloc({w2_scratch.passes * int64_t(sizeof(W2Pass) / sizeof(int32_t))}, DType::i32) : Tensor{};
+  Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
+  Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(set.table.data),
                      first.format == ExpertFormat::dense && is_bf16(first.gate_up),
@@ -700,7 +742,9 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
                      out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),
-                     hidden_padded, inner_padded};
+                     hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
+                     static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
+                     w2_scratch.tile_counters, w2_scratch.pass_items};
   moe_launch(args, stream_);
   check_launch("moe_experts");
 }

@@ -1,165 +1,354 @@
 // Paged attention and KV writes (see attention.h).
+//
+// A block (8 warps) serves H <= 4 query heads of one KV head and walks its leaves with two
+// shared-memory buffers: while leaf i is computed, leaf i + 1's K (and V) rows are in flight
+// (cp.async; 8 threads per key row, whose block-table entries were fetched one leaf earlier still).
+// A leaf is computed in three phases separated by barriers: scores (T threads per (head, key)
+// dot product, float4 over the head dim, a fixed shuffle tree), the softmax of each head over the
+// leaf (one warp per head: max, exp, fixed-tree sum), and the output, one float4 of one head per
+// thread slot, summed over the leaf's keys in key order and folded into the segment's partial.
+// Staged K rows are padded so the score phase's float4 reads hit distinct banks; padding columns
+// are zero when a head dim is not a multiple of 4.
 #include "kernels/cuda/attention.h"
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/w2_mma.cuh"
+
+#include <algorithm>
 
 namespace moet::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kChunk = kThreads;  // keys per chunk: one score per thread
-constexpr int kVPer = int(kAttentionMaxVDim) / kThreads;  // value columns per thread
-static_assert(kAttentionSegment % kChunk == 0, "a segment is whole chunks");
+constexpr int kThreads = 256;
+constexpr int kMaxHeads = 4;  // query heads per block
+constexpr int kMaxLeaf = 64, kMinLeaf = 4;
+constexpr int kCopyLanes = 8;  // threads staging one key row
+constexpr int kKeysPerThread = kMaxLeaf * kCopyLanes / kThreads;
+constexpr int kMaxSlots = int(kMaxHeads * kAttentionMaxVDim / 4 / kThreads);  // float4 outputs per thread
+constexpr size_t kSharedBudget = size_t(96) << 10;  // fits every target (sm_120: 99 KiB per block)
+constexpr int64_t kMaxLeafSplits = 32;              // split by leaf while a row has at most this many
+constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // split scratch (256 MiB) above this: fused
+static_assert(kAttentionSegment % kMaxLeaf == 0, "a segment is whole leaves");
 
-struct Shared {
-  float q[kAttentionMaxKDim];
-  float p[kChunk];      // the chunk's scores, then their exp(score - running max)
-  int64_t row[kChunk];  // float offset of each key's cache row (slot * token_stride)
-  float scratch[32];
+struct AttentionPlan {
+  int heads;             // query heads per block (H)
+  int leaf;              // keys per leaf (L)
+  int dot_threads;       // threads per score dot product (T)
+  int k_pitch, v_pitch;  // floats per staged K / V row; v_pitch 0: V is read from the K rows
+  int64_t splits;        // blocks per (row, head group) along z; 1: fused
+  bool by_leaf;          // split blocks hold one leaf each (else one segment each)
+  bool vec;              // 16-byte copies
 };
 
-// The state of an online softmax over some keys, for this thread's value columns
-// d = threadIdx.x + i * kThreads: maximum score m, sum l of exp(score - m), o = sum of
-// exp(score - m) * v[d].
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__host__ __device__ inline int64_t partial_width(int64_t v_dim) { return round_up(v_dim, 4) + 4; }  // m, l, 2 unused, o
+
+size_t shared_bytes(const AttentionPlan& p) {
+  const int stages = 2 * p.leaf * (p.k_pitch + p.v_pitch);
+  return sizeof(float) * size_t(stages + p.heads * p.k_pitch + p.heads * p.leaf + 2 * p.heads);
+}
+
+AttentionPlan plan_for(const AttentionArgs& a) {
+  const PagedKvArgs& c = a.cache;
+  const int64_t group = a.q_heads / c.kv_heads;
+  AttentionPlan p{};
+  p.heads = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  p.v_pitch = c.v == c.k && c.kv_heads == 1 && c.v_dim <= c.k_dim ? 0 : int(round_up(c.v_dim, 4));
+  for (p.leaf = kMaxLeaf;; p.leaf /= 2) {
+    p.dot_threads = std::min(32, std::max(1, kThreads / (p.heads * p.leaf)));
+    // K rows of T-thread dot products: the pitch in float4s is T mod 8 (mod 8), so the 8 threads
+    // of a 128-bit shared-memory phase (8 / T keys x T parts) read distinct banks.
+    p.k_pitch = int(4 * (round_up(ceil_div(c.k_dim, 4), 8) + p.dot_threads % 8));
+    if (p.leaf == kMinLeaf || shared_bytes(p) <= kSharedBudget) break;
+  }
+  p.vec = c.k_dim % 4 == 0 && c.v_dim % 4 == 0 && c.token_stride % 4 == 0 && aligned16(c.k) && aligned16(c.v);
+  const int64_t units = a.rows * (a.q_heads / p.heads), leaves = ceil_div(a.max_keys, p.leaf);
+  p.by_leaf = leaves <= kMaxLeafSplits;
+  p.splits = p.by_leaf ? leaves : ceil_div(a.max_keys, kAttentionSegment);
+  if (a.counters == nullptr || units > kAttentionMaxSplitUnits || leaves == 1 ||
+      a.rows * a.q_heads * p.splits * partial_width(c.v_dim) > kMaxPartialFloats)
+    p.splits = 1;
+  return p;
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits for this thread's copy groups but the newest one.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// n floats from global src to shared dst, by the kCopyLanes threads of one row (lane 0..7).
+__device__ __forceinline__ void copy_row(float* dst, const float* src, int64_t n, int lane, bool vec) {
+  if (vec) {
+    for (int64_t f = lane; f < n / 4; f += kCopyLanes) cp_async16(dst + 4 * f, src + 4 * f);
+  } else {
+    for (int64_t f = lane; f < n; f += kCopyLanes) cp_async4(dst + f, src + f);
+  }
+}
+
+// Stages the K (and V) rows of one leaf; this thread copies its share of keys
+// j = threadIdx.x / kCopyLanes + r * (kThreads / kCopyLanes), whose block-table entries
+// fetch_table() loaded (one leaf ahead, so the copies never wait for the table).
+struct LeafStager {
+  const int32_t* table;
+  const float* k;  // the KV head's rows at slot 0
+  const float* v;
+  int64_t block_size, token_stride, keys;
+  int k_dim, v_dim, leaf, k_pitch, v_pitch;
+  bool vec;
+  int32_t block[kKeysPerThread];
+
+  __device__ int row_key(int r) const { return int(threadIdx.x / kCopyLanes) + r * (kThreads / kCopyLanes); }
+  __device__ bool mine(int64_t first_key, int r) const { return row_key(r) < leaf && first_key + row_key(r) < keys; }
+  __device__ void fetch_table(int64_t leaf_index) {
+    const int64_t first_key = leaf_index * leaf;
+#pragma unroll
+    for (int r = 0; r < kKeysPerThread; ++r)
+      if (mine(first_key, r)) block[r] = table[(first_key + row_key(r)) / block_size];
+  }
+  __device__ void issue(int64_t leaf_index, float* stage) const {
+    const int64_t first_key = leaf_index * leaf;
+    const int lane = threadIdx.x % kCopyLanes;
+#pragma unroll
+    for (int r = 0; r < kKeysPerThread; ++r) {
+      if (!mine(first_key, r)) continue;
+      const int j = row_key(r);
+      const int64_t row = (int64_t(block[r]) * block_size + (first_key + j) % block_size) * token_stride;
+      copy_row(stage + j * k_pitch, k + row, k_dim, lane, vec);
+      if (v_pitch > 0) copy_row(stage + leaf * k_pitch + j * v_pitch, v + row, v_dim, lane, vec);
+    }
+  }
+};
+
+// The state of a softmax over some keys for one float4 of one head's output: maximum score m,
+// sum l of exp(score - m), o = sum of exp(score - m) * v.
 struct Partial {
   float m, l;
-  float o[kVPer];
+  float4 o;
 };
 
-__device__ __forceinline__ void partial_clear(Partial& s) {
-  s.m = -INFINITY;
-  s.l = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVPer; ++i) s.o[i] = 0.0f;
+__device__ __forceinline__ Partial cleared() { return {-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)}; }
+
+__device__ __forceinline__ float scaled_sum(float x, float a, float y, float b) {
+  return __fadd_rn(__fmul_rn(x, a), __fmul_rn(y, b));
 }
 
 // acc <- acc (+) s, both rescaled to the larger maximum. Explicitly rounded operations, so every
-// call site (the fused loop, the combine kernel) computes the same bits. From the cleared state
-// the fold is exact (a = 0, b = 1): acc becomes s.
+// call site computes the same bits. From the cleared state the fold is exact (a = 0, b = 1):
+// acc becomes s. s must be non-empty (finite m).
 __device__ __forceinline__ void fold(Partial& acc, const Partial& s) {
   const float m = fmaxf(acc.m, s.m);
   const float a = expf(acc.m - m), b = expf(s.m - m);
-  acc.l = __fadd_rn(__fmul_rn(acc.l, a), __fmul_rn(s.l, b));
-#pragma unroll
-  for (int i = 0; i < kVPer; ++i) acc.o[i] = __fadd_rn(__fmul_rn(acc.o[i], a), __fmul_rn(s.o[i], b));
+  acc.l = scaled_sum(acc.l, a, s.l, b);
+  acc.o = make_float4(scaled_sum(acc.o.x, a, s.o.x, b), scaled_sum(acc.o.y, a, s.o.y, b),
+                      scaled_sum(acc.o.z, a, s.o.z, b), scaled_sum(acc.o.w, a, s.o.w, b));
   acc.m = m;
 }
 
-// Keys [begin, end) of the row whose block table is `table`, against the query in sh.q.
-__device__ __forceinline__ void segment(const AttentionArgs& a, Shared& sh, const int32_t* table, int64_t kv_head,
-                                        int64_t begin, int64_t end, Partial& out) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t k_dim = a.cache.k_dim, v_dim = a.cache.v_dim, block_size = a.cache.block_size;
-  partial_clear(out);
-  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
-    const int n = int(end - c0 < kChunk ? end - c0 : kChunk);
-    // Scores: one warp per key, lanes over the head dimension, a fixed shuffle tree.
-    for (int jj = warp; jj < n; jj += kThreads / 32) {
-      const int64_t j = c0 + jj;
-      const int64_t row = (int64_t(table[j / block_size]) * block_size + j % block_size) * a.cache.token_stride;
-      const float* kj = a.cache.k + row + kv_head * k_dim;
-      float dot = 0.0f;
-      for (int64_t i = lane; i < k_dim; i += 32) dot = fmaf(sh.q[i], kj[i], dot);
-      dot = __fmul_rn(warp_reduce(dot, SumOp()), a.scale);
-      if (lane == 0) {
-        sh.p[jj] = dot;
-        sh.row[jj] = row;
-      }
-    }
-    __syncthreads();
-    const float s = threadIdx.x < n ? sh.p[threadIdx.x] : -INFINITY;
-    const float m = fmaxf(out.m, block_reduce(s, MaxOp(), -INFINITY, sh.scratch));
-    const float p = threadIdx.x < n ? expf(s - m) : 0.0f;
-    if (threadIdx.x < n) sh.p[threadIdx.x] = p;
-    const float sum = block_reduce(p, SumOp(), 0.0f, sh.scratch);  // its barriers publish p[]
-    const float alpha = expf(out.m - m);                             // 0 on the first chunk
-    out.l = __fadd_rn(__fmul_rn(out.l, alpha), sum);
-#pragma unroll
-    for (int i = 0; i < kVPer; ++i) {
-      const int64_t d = threadIdx.x + int64_t(i) * kThreads;
-      if (d < v_dim) {
-        const float* v = a.cache.v + kv_head * v_dim + d;
-        float acc = __fmul_rn(out.o[i], alpha);
-#pragma unroll 4
-        for (int jj = 0; jj < n; ++jj) acc = fmaf(sh.p[jj], v[sh.row[jj]], acc);  // key order
-        out.o[i] = acc;
-      }
-    }
-    out.m = m;
-    __syncthreads();  // p[] and row[] are rewritten by the next chunk
+// The tree above leaves: a partial folded into the open segment, which is folded into the total
+// (and reopened) at a segment's end.
+__device__ __forceinline__ void fold_leaf(Partial& total, Partial& segment, const Partial& leaf, bool segment_end) {
+  fold(segment, leaf);
+  if (segment_end) {
+    fold(total, segment);
+    segment = cleared();
   }
 }
 
-__device__ __forceinline__ void write_out(const AttentionArgs& a, int64_t t, int64_t h, const Partial& total) {
-  float* out = a.out + (t * a.q_heads + h) * a.cache.v_dim;
-#pragma unroll
-  for (int i = 0; i < kVPer; ++i) {
-    const int64_t d = threadIdx.x + int64_t(i) * kThreads;
-    if (d < a.cache.v_dim) out[d] = __fdiv_rn(total.o[i], total.l);
+struct LeafShared {
+  const float* stage;  // K rows (pitch k_pitch), then V rows (pitch v_pitch) unless V aliases K
+  const float* q;      // [heads][k_pitch]
+  float* p;            // [heads][leaf]: scores, then their exp(score - leaf max)
+  float* leaf_m;       // [heads]
+  float* leaf_l;       // [heads]
+};
+
+// The leaf's n keys against the block's queries; folds each of this thread's output slots'
+// leaf partial into segment[] (and total[] at a segment's end). Contains two block barriers.
+__device__ void leaf_pass(const AttentionArgs& a, const AttentionPlan& p, const LeafShared& s, int n,
+                          bool segment_end, Partial (&total)[kMaxSlots], Partial (&segment)[kMaxSlots]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dots = p.heads * p.leaf;
+  {  // scores
+    const int dot = threadIdx.x / p.dot_threads, part = threadIdx.x % p.dot_threads;
+    const int h = dot / p.leaf, j = dot % p.leaf;
+    float sum = 0.0f;
+    const int k4_count = int(ceil_div(a.cache.k_dim, 4));
+    if (dot < dots && j < n) {
+      const auto* q4 = reinterpret_cast<const float4*>(s.q + h * p.k_pitch);
+      const auto* k4 = reinterpret_cast<const float4*>(s.stage + j * p.k_pitch);
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int f = part; f < k4_count; f += p.dot_threads) {
+        const float4 qv = q4[f], kv = k4[f];
+        acc = make_float4(fmaf(qv.x, kv.x, acc.x), fmaf(qv.y, kv.y, acc.y), fmaf(qv.z, kv.z, acc.z),
+                          fmaf(qv.w, kv.w, acc.w));
+      }
+      sum = __fadd_rn(__fadd_rn(acc.x, acc.y), __fadd_rn(acc.z, acc.w));
+    }
+    for (int offset = p.dot_threads / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (part == 0 && dot < dots) s.p[dot] = j < n ? __fmul_rn(sum, a.scale) : -INFINITY;
   }
-}
-
-__device__ __forceinline__ int64_t row_segments(const AttentionArgs& a, int64_t t) {
-  return (int64_t(a.positions[t]) + 1 + kAttentionSegment - 1) / kAttentionSegment;
-}
-
-// grid (q_heads, rows, splits). Fused (partials null, splits 1): the block folds every segment
-// of its row and writes the output. Split: block z computes segment z and writes its partial.
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
-  __shared__ Shared sh;
-  const int64_t h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
-  const int64_t keys = int64_t(a.positions[t]) + 1, segments = row_segments(a, t);
-  if (z >= segments) return;  // this row needs fewer segments than the grid has (whole block)
-  const int64_t kv_head = h / (a.q_heads / a.cache.kv_heads);
-  const int32_t* table = a.block_tables + int64_t(a.row_seq[t]) * a.table_stride;
-  const float* q_src = a.q + (t * a.q_heads + h) * a.q_stride;
-  for (int64_t i = threadIdx.x; i < a.cache.k_dim; i += kThreads) sh.q[i] = q_src[i];
   __syncthreads();
-  Partial part;
-  if (a.partials != nullptr) {
-    const int64_t begin = z * kAttentionSegment, end = keys < begin + kAttentionSegment ? keys : begin + kAttentionSegment;
-    segment(a, sh, table, kv_head, begin, end, part);
-    float* dst = a.partials + ((t * a.q_heads + h) * a.splits + z) * (a.cache.v_dim + 2);
-    if (threadIdx.x == 0) {
-      dst[0] = part.m;
-      dst[1] = part.l;
+  if (warp < p.heads) {  // softmax of head `warp` over the leaf
+    float* scores = s.p + warp * p.leaf;
+    float m = -INFINITY;
+    for (int j = lane; j < p.leaf; j += 32) m = fmaxf(m, scores[j]);
+    m = warp_reduce(m, MaxOp());
+    float l = 0.0f;
+    for (int j = lane; j < p.leaf; j += 32) {
+      const float e = expf(scores[j] - m);  // 0 past the leaf's keys
+      scores[j] = e;
+      l = __fadd_rn(l, e);
     }
+    l = warp_reduce(l, SumOp());
+    if (lane == 0) {
+      s.leaf_m[warp] = m;
+      s.leaf_l[warp] = l;
+    }
+  }
+  __syncthreads();
+  const int v4 = int(ceil_div(a.cache.v_dim, 4));
+  const float* v_rows = p.v_pitch > 0 ? s.stage + p.leaf * p.k_pitch : s.stage;
+  const int v_pitch = p.v_pitch > 0 ? p.v_pitch : p.k_pitch;
 #pragma unroll
-    for (int i = 0; i < kVPer; ++i) {
-      const int64_t d = threadIdx.x + int64_t(i) * kThreads;
-      if (d < a.cache.v_dim) dst[2 + d] = part.o[i];
+  for (int r = 0; r < kMaxSlots; ++r) {
+    const int slot = threadIdx.x + r * kThreads;
+    if (slot >= p.heads * v4) break;
+    const int h = slot / v4, d4 = slot % v4;
+    const float* weights = s.p + h * p.leaf;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {  // key order
+      const float w = weights[j];
+      const float4 v = *reinterpret_cast<const float4*>(v_rows + j * v_pitch + 4 * d4);
+      acc = make_float4(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y), fmaf(w, v.z, acc.z), fmaf(w, v.w, acc.w));
     }
+    fold_leaf(total[r], segment[r], {s.leaf_m[h], s.leaf_l[h], acc}, segment_end);
+  }
+}
+
+__device__ __forceinline__ void write_out(const AttentionArgs& a, const AttentionPlan& p, int64_t t, int64_t head0,
+                                          const Partial (&total)[kMaxSlots]) {
+  const int v4 = int(ceil_div(a.cache.v_dim, 4));
+#pragma unroll
+  for (int r = 0; r < kMaxSlots; ++r) {
+    const int slot = threadIdx.x + r * kThreads;
+    if (slot >= p.heads * v4) break;
+    const int h = slot / v4, d = 4 * (slot % v4);
+    float* out = a.out + (t * a.q_heads + head0 + h) * a.cache.v_dim + d;
+    const float o[4] = {total[r].o.x, total[r].o.y, total[r].o.z, total[r].o.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (d + c < a.cache.v_dim) out[c] = __fdiv_rn(o[c], total[r].l);
+  }
+}
+
+// grid (q_heads / H, rows, splits). Fused (splits 1): the block evaluates the row's whole tree
+// and writes the output. Split: block z computes leaf z (by leaf) or segment z, writes its partial;
+// the last block of the row (counter) folds the partials through the same tree.
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, AttentionPlan p) {
+  extern __shared__ float4 shared4[];
+  __shared__ int last_block;
+  pdl_trigger();
+  pdl_wait();  // q and the KV cache come from the previous kernels
+  const int64_t group = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
+  const int64_t keys = int64_t(a.positions[t]) + 1, leaves = ceil_div(keys, p.leaf);
+  const int64_t per_segment = kAttentionSegment / p.leaf;
+  const int64_t used = p.splits == 1 ? 1 : p.by_leaf ? leaves : ceil_div(keys, kAttentionSegment);
+  if (z >= used) return;  // this row needs fewer blocks than the grid has (whole block)
+  const int64_t first = p.splits == 1 ? 0 : p.by_leaf ? z : z * per_segment;
+  const int64_t end = p.splits == 1 ? leaves : p.by_leaf ? z + 1 : min(leaves, first + per_segment);
+  const int64_t head0 = group * p.heads, kv_head = head0 / (a.q_heads / a.cache.kv_heads);
+
+  float* const stages = reinterpret_cast<float*>(shared4);
+  const int stage_floats = p.leaf * (p.k_pitch + p.v_pitch);
+  float* const q = stages + 2 * stage_floats;
+  LeafShared s{nullptr, q, q + p.heads * p.k_pitch, nullptr, nullptr};
+  s.leaf_m = s.p + p.heads * p.leaf;
+  s.leaf_l = s.leaf_m + p.heads;
+  LeafStager stager{a.block_tables + int64_t(a.row_seq[t]) * a.table_stride,
+                    a.cache.k + kv_head * a.cache.k_dim, a.cache.v + kv_head * a.cache.v_dim,
+                    a.cache.block_size, a.cache.token_stride, keys, int(a.cache.k_dim), int(a.cache.v_dim),
+                    p.leaf, p.k_pitch, p.v_pitch, p.vec, {}};
+  stager.fetch_table(first);
+  if ((a.cache.k_dim | a.cache.v_dim) % 4 != 0) {  // float4 reads cover padding columns: zero them
+    for (int i = threadIdx.x; i < stage_floats / 2; i += kThreads) shared4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    __syncthreads();  // before any copy lands in them
+  }
+  stager.issue(first, stages);
+  cp_async_commit();
+  if (first + 1 < end) stager.fetch_table(first + 1);
+  for (int i = threadIdx.x; i < p.heads * p.k_pitch; i += kThreads) {  // published by the loop's first barrier
+    const int h = i / p.k_pitch, d = i % p.k_pitch;
+    q[i] = d < a.cache.k_dim ? a.q[(t * a.q_heads + head0 + h) * a.q_stride + d] : 0.0f;
+  }
+  Partial total[kMaxSlots], segment[kMaxSlots];
+#pragma unroll
+  for (int r = 0; r < kMaxSlots; ++r) total[r] = segment[r] = cleared();
+  for (int64_t leaf = first; leaf < end; ++leaf) {
+    const int buffer = int(leaf - first) & 1;
+    if (leaf + 1 < end) stager.issue(leaf + 1, stages + (buffer ^ 1) * stage_floats);
+    cp_async_commit();
+    if (leaf + 2 < end) stager.fetch_table(leaf + 2);
+    cp_async_wait_all_but_newest();
+    __syncthreads();  // every thread's copies of this leaf have landed
+    s.stage = stages + buffer * stage_floats;
+    const int n = int(min(int64_t(p.leaf), keys - leaf * p.leaf));
+    leaf_pass(a, p, s, n, (leaf + 1) % per_segment == 0 || leaf + 1 == end, total, segment);
+    __syncthreads();  // this buffer and the scores are free again
+  }
+  if (p.splits == 1) {
+    write_out(a, p, t, head0, total);
     return;
   }
-  Partial total;
-  partial_clear(total);
-  for (int64_t s = 0; s < segments; ++s) {
-    const int64_t begin = s * kAttentionSegment, end = keys < begin + kAttentionSegment ? keys : begin + kAttentionSegment;
-    segment(a, sh, table, kv_head, begin, end, part);
-    fold(total, part);
-  }
-  write_out(a, t, h, total);
-}
 
-// Split mode, grid (q_heads, rows): folds the row's partials in segment order.
-__global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionArgs a) {
-  const int64_t h = blockIdx.x, t = blockIdx.y, width = a.cache.v_dim + 2;
-  const int64_t segments = row_segments(a, t);
-  const float* src = a.partials + (t * a.q_heads + h) * a.splits * width;
-  Partial total, part;
-  partial_clear(total);
-  for (int64_t s = 0; s < segments; ++s) {
-    const float* p = src + s * width;
-    part.m = p[0];
-    part.l = p[1];
+  const int64_t width = partial_width(a.cache.v_dim), v4 = ceil_div(a.cache.v_dim, 4);
+  auto partial_at = [&](int64_t h, int64_t split) {
+    return a.partials + ((t * a.q_heads + head0 + h) * p.splits + split) * width;
+  };
 #pragma unroll
-    for (int i = 0; i < kVPer; ++i) {
-      const int64_t d = threadIdx.x + int64_t(i) * kThreads;
-      part.o[i] = d < a.cache.v_dim ? p[2 + d] : 0.0f;
+  for (int r = 0; r < kMaxSlots; ++r) {
+    const int slot = threadIdx.x + r * kThreads;
+    if (slot >= p.heads * v4) break;
+    float* dst = partial_at(slot / v4, z);
+    if (slot % v4 == 0) {
+      dst[0] = total[r].m;
+      dst[1] = total[r].l;
     }
-    fold(total, part);
+    reinterpret_cast<float4*>(dst + 4)[slot % v4] = total[r].o;
   }
-  write_out(a, t, h, total);
+  __threadfence();
+  __syncthreads();
+  int32_t* counter = a.counters + t * (a.q_heads / p.heads) + group;
+  if (threadIdx.x == 0) last_block = atomicAdd(counter, 1) == int(used - 1);
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  const int64_t combine_per_segment = p.by_leaf ? per_segment : 1;  // partials per segment
+#pragma unroll
+  for (int r = 0; r < kMaxSlots; ++r) {
+    const int slot = threadIdx.x + r * kThreads;
+    if (slot >= p.heads * v4) break;
+    total[r] = segment[r] = cleared();
+    for (int64_t i = 0; i < used; ++i) {
+      const float* src = partial_at(slot / v4, i);
+      const Partial part{__ldcg(src), __ldcg(src + 1), __ldcg(reinterpret_cast<const float4*>(src + 4) + slot % v4)};
+      fold_leaf(total[r], segment[r], part, (i + 1) % combine_per_segment == 0 || i + 1 == used);
+    }
+  }
+  write_out(a, p, t, head0, total);
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
 __global__ void kv_write_kernel(PagedKvArgs cache, const float* k, const float* v, const int64_t* slots) {
@@ -174,14 +363,18 @@ __global__ void kv_write_kernel(PagedKvArgs cache, const float* k, const float* 
 
 }  // namespace
 
+int64_t attention_partial_floats(const AttentionArgs& a) {
+  const AttentionPlan p = plan_for(a);
+  return p.splits == 1 ? 0 : a.rows * a.q_heads * p.splits * partial_width(a.cache.v_dim);
+}
+
 void attention_launch(const AttentionArgs& a, cudaStream_t stream) {
-  const unsigned heads = unsigned(a.q_heads), rows = unsigned(a.rows);
-  if (a.partials == nullptr) {
-    attention_kernel<<<dim3(heads, rows, 1), kThreads, 0, stream>>>(a);
-    return;
-  }
-  attention_kernel<<<dim3(heads, rows, unsigned(a.splits)), kThreads, 0, stream>>>(a);
-  attention_combine_kernel<<<dim3(heads, rows), kThreads, 0, stream>>>(a);
+  static const cudaError_t opt_in =  // once: every plan's shared memory fits the budget
+      cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBudget));
+  (void)opt_in;
+  const AttentionPlan p = plan_for(a);
+  launch_dependent_kernel<attention_kernel>(dim3(unsigned(a.q_heads / p.heads), unsigned(a.rows), unsigned(p.splits)),
+                                            dim3(kThreads), shared_bytes(p), 1, stream, a, p);
 }
 
 void kv_write_launch(const PagedKvArgs& cache, const float* k, const float* v, const int64_t* slots,

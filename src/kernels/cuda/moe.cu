@@ -14,7 +14,7 @@ constexpr int kWarps = 8;
 constexpr int kGroupThreads = 256;
 
 __global__ void moe_group_kernel(MoeArgs a) {
-  extern __shared__ int32_t count[];  // [experts]
+  extern __shared__ int32_t count[];  // moe_group_shared_ints()
   moe_group_block(a, count);
 }
 
@@ -72,6 +72,10 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
   }
 }
 
+constexpr int kCombineMaxTopK = 16;  // slots ordered in registers; more take a second pass
+
+// out[row] = sum over the row's items in ascending expert order of weight * y_item. The order is
+// found first (experts of a row are distinct), then every item's value is requested at once.
 __global__ void moe_combine_kernel(MoeArgs a) {
   pdl_wait();  // launched dependent on the W2 down kernel
   const int64_t row = blockIdx.y;
@@ -79,15 +83,25 @@ __global__ void moe_combine_kernel(MoeArgs a) {
   if (d >= a.hidden) return;
   const int32_t* ids = a.expert_ids + row * a.top_k;
   float sum = 0.0f;
-  int previous = -1;  // experts of a row are distinct: visit them in ascending order
-  for (int64_t n = 0; n < a.top_k; ++n) {
-    int best = -1;
-    for (int64_t s = 0; s < a.top_k; ++s)
-      if (ids[s] > previous && ids[s] < a.experts && (best < 0 || ids[s] < ids[best])) best = int(s);
-    if (best < 0) break;
-    previous = ids[best];
-    const int64_t item = row * a.top_k + best;
-    sum += a.weights[item] * a.item_out[item * a.hidden + d];
+  int previous = -1;
+  for (bool more = true; more;) {
+    int64_t items[kCombineMaxTopK];
+#pragma unroll
+    for (int i = 0; i < kCombineMaxTopK; ++i) {
+      int best = -1;
+      for (int64_t s = 0; s < a.top_k && more; ++s)
+        if (ids[s] > previous && ids[s] < a.experts && (best < 0 || ids[s] < ids[best])) best = int(s);
+      more = best >= 0;
+      items[i] = more ? row * a.top_k + best : -1;
+      if (more) previous = ids[best];
+    }
+    float y[kCombineMaxTopK];
+#pragma unroll
+    for (int i = 0; i < kCombineMaxTopK; ++i)
+      if (items[i] >= 0) y[i] = a.item_out[items[i] * a.hidden + d];
+#pragma unroll
+    for (int i = 0; i < kCombineMaxTopK; ++i)
+      if (items[i] >= 0) sum += a.weights[items[i]] * y[i];
   }
   a.out[row * a.hidden + d] = sum;
 }
@@ -209,11 +223,12 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
   const dim3 combine_grid(unsigned((a.hidden + 127) / 128), unsigned(a.rows));
   if (a.format == kMoeW2) {
-    moe_w2_launch(a, max_active, stream);
+    moe_w2_launch(a, stream);
     launch_dependent(moe_combine_kernel, combine_grid, dim3(128), 0, a, stream);
     return;
   }
-  moe_group_kernel<<<1, kGroupThreads, size_t(a.experts) * sizeof(int32_t), stream>>>(a);
+  moe_group_kernel<<<1, kGroupThreads, size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t),
+                     stream>>>(a);
   if (a.format == kMoeFp4) {
     moe_quant_products<4>(a, max_active, stream);
   } else if (a.w_bf16) {

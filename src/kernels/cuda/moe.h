@@ -34,6 +34,13 @@ struct ExpertPointers {
   const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
 };
 
+// One pass of a W2 product (moe_w2.h): its expert's planes and the item positions [first, end)
+// of that expert, of which the pass takes the first 2P.
+struct W2Pass {
+  ExpertPointers expert;
+  int32_t first, end;
+};
+
 struct MoeArgs {
   const float* x;               // [rows, hidden]
   const int32_t* expert_ids;    // [rows, top_k]
@@ -52,10 +59,18 @@ struct MoeArgs {
   float* item_out;
   float* out;                   // [rows, hidden]
   // W2 only (moe_w2.h): table entries point at tiled planes (w2_tiles.h); x and act split into
-  // three BF16 terms, [rows, 3, hidden_padded] and [rows*top_k, 3, inner_padded] (padded to 128).
+  // three BF16 terms, [rows, 3, hidden_padded] and [rows*top_k, 3, inner_padded] (padded to 128);
+  // sizes of the rest from moe_w2_scratch(): passes [passes] (their count in active_count[1], so
+  // active_count holds 2 ints), tile_done [tile_counters] (cleared by the kernels themselves),
+  // partial [partial_floats]; pass_items = items per pass.
   uint16_t* x_split;
   uint16_t* act_split;
   int64_t hidden_padded, inner_padded;
+  W2Pass* passes;
+  uint32_t* tile_done;
+  float* partial;
+  int64_t tile_counters;
+  int32_t pass_items;
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

@@ -1,14 +1,52 @@
 // The grouping step of the routed experts (moe.h, step 1), shared by the dense, MXFP4 and W2
 // paths: items (row * top_k + slot) grouped by expert, experts in index order and items in item
-// order inside each (a stable counting sort), run by one block with `count` as [experts] ints of
-// shared memory. Items naming no valid expert are dropped (they contribute nothing).
+// order inside each (a stable sort), run by one block. Items naming no valid expert are dropped
+// (they contribute nothing). Up to blockDim.x items (every decode batch) are ranked one item per
+// thread with no serial step; more items take a counting sort with one serial pass over the
+// experts.
 #pragma once
 
 #include "kernels/cuda/moe.h"
 
 namespace moet::cuda {
 
-__device__ __forceinline__ void moe_group_block(const MoeArgs& a, int32_t* count) {
+// items <= blockDim.x: item i's position is the number of valid items before it in (expert,
+// item) order; the first item of each expert opens its slot, the slot index being the number of
+// distinct smaller experts. `shared`: 2 * blockDim.x ints.
+__device__ __forceinline__ void moe_group_ranked(const MoeArgs& a, int32_t* shared) {
+  const int items = int(a.rows * a.top_k), i = threadIdx.x;
+  int32_t* ids = shared;                 // valid expert or -1, per item
+  int32_t* opens = shared + blockDim.x;  // 1 where the item is its expert's first
+  const int e = i < items ? a.expert_ids[i] : -1;
+  const bool valid = e >= 0 && e < a.experts;
+  ids[i] = valid ? e : -1;
+  __syncthreads();
+  int rank = 0, start = 0;
+  bool first = valid;
+  for (int j = 0; j < items; ++j) {
+    const int f = ids[j];
+    if (f < 0) continue;
+    rank += f < e || (f == e && j < i);
+    start += f < e;
+    first = first && !(f == e && j < i);
+  }
+  opens[i] = first;
+  const int active = __syncthreads_count(first), total = __syncthreads_count(valid);
+  int slot = 0;
+  for (int j = 0; j < items; ++j) slot += opens[j] && ids[j] < e;
+  if (valid) a.order[rank] = i;
+  if (first) {
+    a.active[slot] = e;
+    a.ranges[slot] = start;
+  }
+  if (i == 0) {
+    a.ranges[active] = total;
+    a.active_count[0] = active;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void moe_group_counted(const MoeArgs& a, int32_t* count) {
   const int items = int(a.rows * a.top_k), experts = int(a.experts);
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     int c = 0;
@@ -36,6 +74,19 @@ __device__ __forceinline__ void moe_group_block(const MoeArgs& a, int32_t* count
     int pos = count[e];
     for (int i = 0; i < items; ++i)
       if (a.expert_ids[i] == e) a.order[pos++] = i;
+  }
+  __syncthreads();
+}
+
+// `count`: moe_group_shared_ints(experts, blockDim.x) ints of shared memory.
+__host__ __device__ inline int64_t moe_group_shared_ints(int64_t experts, int64_t threads) {
+  return experts > 2 * threads ? experts : 2 * threads;
+}
+__device__ __forceinline__ void moe_group_block(const MoeArgs& a, int32_t* count) {
+  if (a.rows * a.top_k <= blockDim.x) {
+    moe_group_ranked(a, count);
+  } else {
+    moe_group_counted(a, count);
   }
 }
 

@@ -1,39 +1,102 @@
 // Routed experts stored as W2 on tensor cores (moe.h; layout in w2_tiles.h, building blocks in
 // w2_mma.cuh). Three launches chained by programmatic dependent launch, then moe.cu's combine:
-//   prepare: block 0 groups the items by expert (moe_group.cuh); the other blocks split each x
-//            row into three BF16 terms in the B-fragment layout;
-//   gate_up: one block of four warps per (active expert, 16-row tile = 8 gate + 8 up rows), each
-//            warp a quarter of K (split K); each lane streams its 16 code bytes per 128-column
-//            chunk through a private cp.async ring of 4 chunks in shared memory, decoded in
-//            registers into eight A fragments, two MMAs per scale block and activation-row pair,
-//            the block's partial sums scaled into FP32 accumulators; the quarters are added in
-//            shared memory, SiLU-and-mul in registers, the result written already split for down;
-//   down:    the same over the hidden rows, its first codes requested before waiting for gate_up;
-//            outputs per item for the fixed-order combine.
-// Every sum has a fixed order (chunks ascending within a quarter, quarters in order, then
-// (hi + mid) + lo): bit-identical reruns.
+//   prepare: block 0 groups the items by expert (moe_group.cuh) and cuts each expert's items into
+//            passes of at most 2P items (the MMA's eight columns hold two items' three terms, P
+//            such pairs per pass); the other blocks split each x row into three BF16 terms in the
+//            B-fragment layout and clear the tile counters;
+//   gate_up, down: persistent kernels. Their work, the units of (pass, block of R 16-row tiles,
+//            128-column chunk) in that order, is cut into one contiguous range per warp of the
+//            grid (equal sizes: no tail wave). A warp streams its units' codes and scales from
+//            memory into a ring of registers kDepth units deep, decodes them into A fragments and
+//            runs two MMAs per tile, scale block and item pair (the R tiles share each load of the
+//            activations, fetched a unit ahead at batch <= 2), each block's sum scaled into FP32
+//            accumulators. A tile block that one warp covers alone is written out by that warp;
+//            one shared by several warps gets each one's partial sums in a scratch slot, and the
+//            warp that finishes last (a per-block counter) adds them in warp order and writes it.
+//            gate_up ends with SiLU-and-mul, written already split for down; down writes each
+//            item's output rows for moe.cu's fixed-order combine, its first units fetched before
+//            it waits for gate_up.
+// Every sum has a fixed order (chunks ascending within a warp, warps ascending within a tile,
+// then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
 #include "kernels/cuda/moe_w2.h"
 
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/w2_tiles.h"
 
+#include <algorithm>
+
 namespace moet::cuda {
 namespace {
 
-constexpr int kWarps = 4;         // per block of the product kernels: the K quarters of one tile
-constexpr int kStages = 4;        // chunks in flight per warp (2 KB of codes)
-constexpr size_t kRingBytes = size_t(kWarps) * kStages * 32 * (sizeof(uint4) + sizeof(uint2));
+constexpr int kWarpsPerBlock = 4;
+// Tiles a warp streams side by side, sharing their activation loads (fewer with more item pairs:
+// registers run short).
+#ifndef MOET_W2_TILES_P1
+#define MOET_W2_TILES_P1 4
+#endif
+#ifndef MOET_W2_BLOCKS_P1
+#define MOET_W2_BLOCKS_P1 3
+#endif
+template <int P>
+constexpr int kTileBlock = P == 1 ? MOET_W2_TILES_P1 : P == 2 ? 4 : 2;
+// Blocks per SM the product kernels are compiled for (registers: 168, 168 and 255 per thread).
+template <int P>
+constexpr int kMinBlocksPerSm = P == 1 ? MOET_W2_BLOCKS_P1 : 2;
+constexpr int kDepth = 2;                // units (a tile block's chunk) in flight per warp: 4.6 KB
 constexpr int kPrepareThreads = 256;
+constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one item pair
+
+// Tiles per pass and chunks per tile of the gate_up (true) or down product.
+struct ProductShape {
+  int64_t tiles, chunks;
+};
+__host__ __device__ inline ProductShape product_shape(const MoeArgs& a, bool gate_up) {
+  return gate_up ? ProductShape{a.inner / 8, a.hidden_padded / kW2ChunkCols}
+                 : ProductShape{a.hidden / kW2TileRows, a.inner_padded / kW2ChunkCols};
+}
+
+// Block 0 of prepare, after grouping: cuts each active expert's items into passes of pass_items,
+// one thread per expert; `shared` (>= experts ints) holds the pass counts, then their offsets.
+__device__ void cut_passes(const MoeArgs& a, int32_t* shared) {
+  const int active = a.active_count[0];
+  for (int s = threadIdx.x; s < active; s += blockDim.x)
+    shared[s] = (a.ranges[s + 1] - a.ranges[s] + a.pass_items - 1) / a.pass_items;
+  __syncthreads();
+  if (threadIdx.x < 32) {  // exclusive scan of the counts by warp 0, 32 experts at a time
+    const int lane = threadIdx.x;
+    int carry = 0;
+    for (int base = 0; base < active; base += 32) {
+      const int n = base + lane < active ? shared[base + lane] : 0;
+      int inclusive = n;
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += v;
+      }
+      if (base + lane < active) shared[base + lane] = carry + inclusive - n;
+      carry += __shfl_sync(0xffffffffu, inclusive, 31);
+    }
+    if (lane == 0) a.active_count[1] = carry;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < active; s += blockDim.x) {
+    const ExpertPointers expert = a.table[a.active[s]];
+    const int end = a.ranges[s + 1];
+    int n = shared[s];
+    for (int first = a.ranges[s]; first < end; first += a.pass_items) a.passes[n++] = {expert, first, end};
+  }
+}
 
 __global__ void w2_prepare_kernel(MoeArgs a) {
   pdl_trigger();
   if (blockIdx.x == 0) {
     extern __shared__ int32_t count[];
     moe_group_block(a, count);
+    cut_passes(a, count);
     return;
   }
-  const int64_t id = int64_t(blockIdx.x - 1) * blockDim.x + threadIdx.x;
+  const int64_t id = int64_t(blockIdx.x - 1) * blockDim.x + threadIdx.x, threads = int64_t(gridDim.x - 1) * blockDim.x;
+  for (int64_t i = id; i < a.tile_counters; i += threads) a.tile_done[i] = 0;
   if (id >= a.rows * a.hidden_padded) return;
   const int64_t row = id / a.hidden_padded, k = id % a.hidden_padded;
   const float x = k < a.hidden ? a.x[row * a.hidden + k] : 0.0f;
@@ -44,18 +107,18 @@ __device__ __forceinline__ float scale_of(uint32_t bytes, int q) {
   return __uint_as_float(((bytes >> (8 * q)) & 0xFFu) << 23);
 }
 
-__device__ __forceinline__ void cp_async16(void* shared, const void* global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
-               "l"(global));
+// Streamed once: not kept in L1 (which holds the activations).
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
 }
-__device__ __forceinline__ void cp_async4(void* shared, const void* global) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
-               "l"(global));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+__device__ __forceinline__ uint2 load_streaming(const uint2* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
 }
 
 // Columns: lane c holds 2c and 2c + 1. Item pair (first, second) = columns (0, 1, 2) and
@@ -87,129 +150,261 @@ __device__ __forceinline__ void write_outputs(const MoeArgs& a, const float (&ac
   }
 }
 
-// A lane's private ring of kStages chunks in shared memory, filled by cp.async: its 16 code bytes
-// and the scale words of rows g and g + 8, for chunks [first, end) of its tile. A lane reads back
-// only what it copied itself, so the per-thread cp.async completion is all the synchronisation
-// needed.
-struct ChunkRing {
-  uint4* codes;     // [kStages][32 lanes]
-  uint2* scales;    // [kStages][32 lanes]
-  const uint4* code_src;
-  const uint8_t* scale_src;
-  int64_t first, end;
-  int lane, g;
+// The split of the flat chunk range [0, units) into `workers` contiguous ranges, worker w taking
+// [start(w), start(w + 1)); units >= workers, so none is empty.
+struct Partition {
+  int64_t units, workers;
+  __device__ __forceinline__ int64_t start(int64_t w) const { return w * units / workers; }
+  __device__ __forceinline__ int64_t worker_of(int64_t u) const { return ((u + 1) * workers + units - 1) / units - 1; }
+};
 
-  __device__ __forceinline__ int slot(int64_t chunk) const { return int((chunk - first) % kStages) * 32 + lane; }
-  __device__ __forceinline__ void issue(int64_t chunk) {
-    if (chunk < end) {
-      const int at = slot(chunk);
-      cp_async16(codes + at, code_src + chunk * 32);
-      const uint8_t* s = scale_src + chunk * kW2ChunkScaleBytes;
-      cp_async4(&scales[at].x, s + 4 * g);
-      cp_async4(&scales[at].y, s + 4 * (g + 8));
-    }
-    cp_async_commit();  // an empty group past the end keeps the group count uniform
+// One unit of work in flight: one chunk of the R tiles of a block, a lane's share.
+template <int R>
+struct Unit {
+  uint4 codes[R];
+  uint2 scales[R];
+};
+
+// A warp's read-ahead over its unit range: where the next unit to fetch lies. The records of a
+// unit's tiles sit side by side (w2_tiles.h), one chunk's records kW2TileBlock apart.
+template <bool kGateUp, int R>
+struct UnitFetcher {
+  const uint8_t* plane;  // the pass's record plane, at this lane's code bytes
+  int64_t record;        // the next unit's first record
+  int block, chunk, blocks, chunks, left, pass, g;
+
+  __device__ __forceinline__ void point_at_block() {
+    record = w2_record(int64_t(block) * R, chunk, chunks);
   }
-  __device__ __forceinline__ void prologue() {
+  __device__ __forceinline__ void point_at_pass(const MoeArgs& a, int lane) {
+    const ExpertPointers& e = a.passes[pass].expert;
+    plane = static_cast<const uint8_t*>(kGateUp ? e.gate_up : e.down) + lane * 16;
+  }
+  __device__ __forceinline__ void next(const MoeArgs& a, int lane, Unit<R>& unit) {
+    if (left == 0) return;
+    const uint8_t* at = plane + record * kW2RecordBytes;
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) issue(first + i);
+    for (int r = 0; r < R; ++r) {
+      unit.codes[r] = load_streaming(reinterpret_cast<const uint4*>(at + r * kW2RecordBytes));
+      unit.scales[r] = load_streaming(
+          reinterpret_cast<const uint2*>(at + r * kW2RecordBytes + kW2ChunkCodeBytes - lane * 16 + g * 8));
+    }
+    if (--left == 0) return;
+    record += kW2TileBlock;
+    if (++chunk < chunks) return;
+    chunk = 0;
+    if (++block == blocks) {
+      block = 0;
+      ++pass;
+      point_at_pass(a, lane);
+    }
+    point_at_block();
   }
 };
 
-// One block: tile blockIdx.x of the active expert in slot blockIdx.y, all its items, P pairs of
-// items per pass. Warp w streams the w-th quarter of the tile's chunks (split K: four times the
-// warps in flight of one warp per tile); the four partial sums meet in shared memory and warp 0
-// adds them in warp order (deterministic) and writes the outputs.
-template <bool kGateUp, int P>
-__global__ void __launch_bounds__(kWarps * 32) w2_product_kernel(MoeArgs a) {
-  extern __shared__ uint4 ring_memory[];
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, warp = threadIdx.x >> 5;
-  const int64_t tile = blockIdx.x;
-  const int slot = blockIdx.y;
-  if (kGateUp) pdl_wait();  // grouping and the split x come from prepare
-  pdl_trigger();
-  if (slot >= *a.active_count) return;  // whole blocks leave together (the reduction syncs)
-  const int64_t k_padded = kGateUp ? a.hidden_padded : a.inner_padded, chunks = k_padded / kW2ChunkCols;
-  const ExpertPointers e = a.table[a.active[slot]];
-  uint4* warp_memory = ring_memory + warp * kStages * 32 * 3 / 2;
-  ChunkRing ring{warp_memory, reinterpret_cast<uint2*>(warp_memory + kStages * 32),
-                 static_cast<const uint4*>(kGateUp ? e.gate_up : e.down) + tile * chunks * 32 + lane,
-                 (kGateUp ? e.gate_up_scales : e.down_scales) + tile * chunks * kW2ChunkScaleBytes,
-                 chunks * warp / kWarps, chunks * (warp + 1) / kWarps, lane, g};
-  const int begin = a.ranges[slot], end = a.ranges[slot + 1];
-  ring.prologue();
-  if (!kGateUp) pdl_wait();  // act comes from gate_up; the first chunks are already on their way
-  const uint16_t* split = kGateUp ? a.x_split : a.act_split;
-  float* partial = reinterpret_cast<float*>(ring_memory);  // [kWarps][P][4][32], after the rings drain
-  for (int p0 = begin; p0 < end; p0 += 2 * P) {
-    if (p0 != begin) ring.prologue();
-    const uint4* xs[P];
+// The B fragments of one chunk for P item pairs (xs[p] points at the pair's chunk 0).
+template <int P>
+__device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], int chunk, uint4 (&xv)[P][4]) {
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) xv[p][q] = __ldg(xs[p] + chunk * 16 + q * 4);
+}
+
+// Adds one chunk's products into acc: word q of the lane's codes is scale block q (k-steps 2q and
+// 2q + 1).
+template <int P>
+__device__ __forceinline__ void multiply_chunk(const uint4& code, const uint2& scale, const uint4 (&xv)[P][4],
+                                               float (&acc)[P][4]) {
+  const uint32_t words[4] = {code.x, code.y, code.z, code.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t frag[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j);
+    const float top = scale_of(scale.x, q), bottom = scale_of(scale.y, q);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const int first = min(p0 + 2 * p, end - 1), second = min(first + 1, end - 1);
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_bf16_16816(d, frag[0], frag[1], frag[2], frag[3], xv[p][q].x, xv[p][q].y);
+      mma_bf16_16816(d, frag[4], frag[5], frag[6], frag[7], xv[p][q].z, xv[p][q].w);
+      acc[p][0] = fmaf(d[0], top, acc[p][0]);
+      acc[p][1] = fmaf(d[1], top, acc[p][1]);
+      acc[p][2] = fmaf(d[2], bottom, acc[p][2]);
+      acc[p][3] = fmaf(d[3], bottom, acc[p][3]);
+    }
+  }
+}
+
+template <bool kGateUp, int P, int R>
+__device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)[R][P][4], int block, int tiles,
+                                            const W2Pass& ps, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (block * R + r < tiles) write_outputs<kGateUp, P>(a, acc[r], block * R + r, ps.first, ps.end, lane >> 2, lane & 3);
+}
+
+// The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
+// block): writes the block if the warp covered it alone, else leaves its partial sums and, if it
+// is the block's last warp to finish, adds every warp's partial sums in warp order and writes it.
+template <bool kGateUp, int P, int R>
+__device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& part, int64_t warp, int64_t u0,
+                                             int64_t u1, int chunks, int64_t block_id, int block, int tiles,
+                                             const W2Pass& ps, float (&acc)[R][P][4], int lane) {
+  const int64_t begin = block_id * chunks, end = begin + chunks;
+  if (begin >= u0 && end <= u1) {
+    write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
+    return;
+  }
+  // Slot 0 holds a warp's first block, slot 1 its last (a warp shares at most those two).
+  constexpr int64_t kSlotFloats = R * P * kPairFloats;
+  auto slot_of = [&](int64_t w) { return (w * 2 + (part.start(w) / chunks == block_id ? 0 : 1)) * kSlotFloats; };
+  float* own = a.partial + slot_of(warp) + lane;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) own[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
+  __threadfence();
+  const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
+  uint32_t done = 0;
+  const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
+  if (lane == 0) done = atomicAdd(a.tile_done + counter, 1u);
+  done = __shfl_sync(0xffffffffu, done, 0);
+  if (done != uint32_t(last - first)) return;
+  __threadfence();
+  for (int64_t w = first; w <= last; ++w) {
+    const float* theirs = a.partial + slot_of(w) + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float v = __ldcg(theirs + ((r * P + p) * 4 + i) * 32);
+          acc[r][p][i] = w == first ? v : acc[r][p][i] + v;
+        }
+  }
+  write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
+}
+
+template <bool kGateUp, int P>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_product_kernel(MoeArgs a) {
+  if (kGateUp) pdl_wait();  // grouping, passes, the split x and clear counters come from prepare
+  pdl_trigger();
+  constexpr int R = kTileBlock<P>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const ProductShape shape = product_shape(a, kGateUp);
+  const int tiles = int(shape.tiles), chunks = int(shape.chunks), blocks = (tiles + R - 1) / R;
+  const int per_pass = blocks * chunks;
+  const int64_t units = int64_t(a.active_count[1]) * per_pass;
+  const int64_t launched = int64_t(gridDim.x) * kWarpsPerBlock;
+  const Partition part{units, units < launched ? units : launched};
+  const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (warp >= part.workers) return;
+  const int64_t u0 = part.start(warp), u1 = part.start(warp + 1);
+  const int count = int(u1 - u0);  // a few hundred units at most per warp
+  int pass = int(u0 / per_pass), block = int(u0 % per_pass) / chunks, chunk = int(u0 % chunks);
+
+  UnitFetcher<kGateUp, R> fetcher{nullptr, 0, block, chunk, blocks, chunks, count, pass, g};
+  fetcher.point_at_pass(a, lane);
+  fetcher.point_at_block();
+  Unit<R> ring[kDepth];
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) fetcher.next(a, lane, ring[s]);
+  if (!kGateUp) pdl_wait();  // act comes from gate_up; the first units are already on their way
+
+  const uint16_t* split = kGateUp ? a.x_split : a.act_split;
+  const int64_t k_padded = kGateUp ? a.hidden_padded : a.inner_padded;
+  W2Pass ps{};
+  const uint4* xs[P];
+  auto enter_pass = [&] {
+    ps = a.passes[pass];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int first = min(ps.first + 2 * p, ps.end - 1), second = min(first + 1, ps.end - 1);
       const int pos = g >= 3 && g < 6 ? second : first;
       const int64_t row = kGateUp ? a.order[pos] / a.top_k : pos;
       xs[p] = reinterpret_cast<const uint4*>(split + (row * 3 + g % 3) * k_padded) + c;
     }
-    float acc[P][4];
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[p][i] = 0.0f;
-    for (int64_t chunk = ring.first; chunk < ring.end; ++chunk) {
-      cp_async_wait<kStages - 1>();  // this chunk's group is complete
-      const int at = ring.slot(chunk);
-      const uint4 code = ring.codes[at];
-      const uint2 scale = ring.scales[at];
-      ring.issue(chunk + kStages);  // refill the slot just read
-      const uint32_t words[4] = {code.x, code.y, code.z, code.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t frag[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j);
-        const float s_top = scale_of(scale.x, q), s_bottom = scale_of(scale.y, q);
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const uint4 xv = __ldg(xs[p] + (chunk * 4 + q) * 4);
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_bf16_16816(d, frag[0], frag[1], frag[2], frag[3], xv.x, xv.y);
-          mma_bf16_16816(d, frag[4], frag[5], frag[6], frag[7], xv.z, xv.w);
-          acc[p][0] = fmaf(d[0], s_top, acc[p][0]);
-          acc[p][1] = fmaf(d[1], s_top, acc[p][1]);
-          acc[p][2] = fmaf(d[2], s_bottom, acc[p][2]);
-          acc[p][3] = fmaf(d[3], s_bottom, acc[p][3]);
-        }
-      }
+  };
+  enter_pass();
+  // One pair's activations are fetched a unit ahead (double-buffered in registers); larger
+  // batches load theirs at the start of each unit (registers run short).
+  constexpr bool kPrefetchX = P == 1;
+  uint4 xv[2][P][4];
+  if (kPrefetchX) load_activations<P>(xs, chunk, xv[0]);
+  float acc[R][P][4] = {};
+
+  int left = count;
+  // One unit: multiply, refill its ring slot, finish the block at its end. True when done.
+  auto step = [&](Unit<R>& unit, uint4 (&x_now)[P][4], uint4 (&x_next)[P][4]) {
+    if (!kPrefetchX) {
+      load_activations<P>(xs, chunk, x_now);
+    } else if (left > 1 && (chunk + 1 < chunks || block + 1 < blocks)) {  // the next unit, same pass
+      load_activations<P>(xs, chunk + 1 < chunks ? chunk + 1 : 0, x_next);
     }
-    cp_async_wait<0>();
-    __syncthreads();  // every ring drained and read: the memory now holds the partial sums
 #pragma unroll
-    for (int p = 0; p < P; ++p)
+    for (int r = 0; r < R; ++r) multiply_chunk<P>(unit.codes[r], unit.scales[r], x_now, acc[r]);
+    fetcher.next(a, lane, unit);
+    --left;
+    if (++chunk < chunks && left > 0) return false;
+    finish_block<kGateUp, P, R>(a, part, warp, u0, u1, chunks, int64_t(pass) * blocks + block, block, tiles, ps, acc,
+                                lane);
+    if (left == 0) return true;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) partial[((warp * P + p) * 4 + i) * 32 + lane] = acc[p][i];
-    __syncthreads();
-    if (warp == 0) {
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int p = 0; p < P; ++p)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int w = 1; w < kWarps; ++w) acc[p][i] += partial[((w * P + p) * 4 + i) * 32 + lane];
-      write_outputs<kGateUp, P>(a, acc, tile, p0, end, g, c);
+        for (int i = 0; i < 4; ++i) acc[r][p][i] = 0.0f;
+    chunk = 0;
+    if (++block == blocks) {
+      block = 0;
+      ++pass;
+      enter_pass();
+      if (kPrefetchX) load_activations<P>(xs, 0, x_next);
     }
-    __syncthreads();  // the partial sums are read before the next pass refills the rings
+    return false;
+  };
+  static_assert(kDepth == 2, "the loop below alternates two ring slots and two activation buffers");
+  for (;;) {
+    if (step(ring[0], xv[0], xv[kPrefetchX ? 1 : 0])) return;
+    if (step(ring[1], xv[kPrefetchX ? 1 : 0], xv[0])) return;
   }
 }
 
-template <int P>
-void w2_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
-  static_assert(kRingBytes >= sizeof(float) * kWarps * 4 * 4 * 32, "the partial sums reuse the rings");
-  launch_dependent(w2_product_kernel<true, P>, dim3(unsigned(a.inner / 8), max_active), dim3(kWarps * 32), kRingBytes, a,
-                   stream);
-  launch_dependent(w2_product_kernel<false, P>, dim3(unsigned(a.hidden / kW2TileRows), max_active), dim3(kWarps * 32),
-                   kRingBytes, a, stream);
+// Warps in the grid of one product kernel: every SM filled to the kernel's occupancy.
+template <bool kGateUp, int P>
+int64_t product_warps() {
+  static const int64_t warps = [] {
+    int device = 0, sms = 0, blocks = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w2_product_kernel<kGateUp, P>, kWarpsPerBlock * 32, 0);
+    return int64_t(sms) * (blocks > 0 ? blocks : 1) * kWarpsPerBlock;
+  }();
+  return warps;
 }
+
+template <int P>
+int64_t partial_floats() {
+  const int64_t warps = std::max(product_warps<true, P>(), product_warps<false, P>());
+  return warps * 2 * kTileBlock<P> * P * kPairFloats;
+}
+
+template <int P>
+void w2_products(const MoeArgs& a, cudaStream_t stream) {
+  launch_dependent(w2_product_kernel<true, P>, dim3(unsigned(product_warps<true, P>() / kWarpsPerBlock)),
+                   dim3(kWarpsPerBlock * 32), 0, a, stream);
+  launch_dependent(w2_product_kernel<false, P>, dim3(unsigned(product_warps<false, P>() / kWarpsPerBlock)),
+                   dim3(kWarpsPerBlock * 32), 0, a, stream);
+}
+
+// Item pairs per pass: the batch rounded up to a power of two pairs (at most 4); an expert gets
+// at most one item per row, so decode takes one pass per expert.
+int pairs_per_pass(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
 
 bool pdl_supported() {
   static const bool supported = [] {
@@ -222,6 +417,14 @@ bool pdl_supported() {
 }
 
 }  // namespace
+
+W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {
+  const int64_t items = rows * top_k, pairs = pairs_per_pass(rows);
+  const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;
+  const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
+  const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
+  return {passes, 2 * passes * blocks, partial, int(2 * pairs)};
+}
 
 void launch_dependent(void (*kernel)(MoeArgs), dim3 grid, dim3 block, size_t shared, const MoeArgs& a,
                       cudaStream_t stream) {
@@ -238,18 +441,16 @@ void launch_dependent(void (*kernel)(MoeArgs), dim3 grid, dim3 block, size_t sha
   cudaLaunchKernelEx(&config, kernel, a);
 }
 
-void moe_w2_launch(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
   if (a.inner % kW2ChunkCols != 0)  // padding columns of act must read as zero
     cudaMemsetAsync(a.act_split, 0, size_t(a.rows * a.top_k * 3 * a.inner_padded) * sizeof(uint16_t), stream);
-  const int64_t split_threads = a.rows * a.hidden_padded;
+  const int64_t split_threads = std::max(a.rows * a.hidden_padded, a.tile_counters);
   w2_prepare_kernel<<<unsigned(1 + (split_threads + kPrepareThreads - 1) / kPrepareThreads), kPrepareThreads,
-                      size_t(a.experts) * sizeof(int32_t), stream>>>(a);
-  if (a.rows <= 2) {
-    w2_products<1>(a, max_active, stream);
-  } else if (a.rows <= 4) {
-    w2_products<2>(a, max_active, stream);
-  } else {
-    w2_products<4>(a, max_active, stream);
+                      size_t(moe_group_shared_ints(a.experts, kPrepareThreads)) * sizeof(int32_t), stream>>>(a);
+  switch (a.pass_items) {
+    case 2: w2_products<1>(a, stream); break;
+    case 4: w2_products<2>(a, stream); break;
+    default: w2_products<4>(a, stream); break;
   }
 }
 

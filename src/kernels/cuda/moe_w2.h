@@ -7,7 +7,14 @@
 
 namespace moet::cuda {
 
-void moe_w2_launch(const MoeArgs& a, unsigned max_active, cudaStream_t stream);
+// Scratch sizes of the W2 fields of MoeArgs for a batch of `rows` (moe.h).
+struct W2Scratch {
+  int64_t passes, tile_counters, partial_floats;
+  int32_t pass_items;
+};
+W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner);
+
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
 
 // Launches kernel(a) so that it may start while the stream's previous kernel finishes
 // (programmatic dependent launch, sm_90+; a plain launch before): the kernel must call

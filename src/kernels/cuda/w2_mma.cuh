@@ -25,12 +25,29 @@ __host__ __device__ inline W2FragmentPos w2_fragment_pos(int lane, int q, int j,
   const int g = lane >> 2, c = lane & 3, step = j >> 2, i = j & 3;
   return {g + 8 * (i & 1), 32 * q + 16 * step + 2 * c + 8 * (i >> 1) + h};
 }
-__host__ __device__ constexpr int w2_m_bit(int j, int h) { return (8 + 16 * h + 2 * j) & 31; }
-__host__ __device__ constexpr int w2_s_bit(int j, int h) { return (15 + 16 * h + 2 * j) & 31; }
+// Register j of a code word is (shifted(word, j) & 0x81008100) | 0x3E803E80 with five registers
+// shifted left (j = 0..4: by 0, 2, 4, 6, 8 bits) and three rotated right (j = 5..7: by 2, 4, 6):
+// the most left shifts that tile a 32-bit word, since a shift by a power of two can run as an
+// integer multiply on the FMA pipe, while rotations and the LOP3 share the integer ALU pipe (half
+// the issue rate), which bounds the decoder.
+__host__ __device__ constexpr int w2_shift_of(int j) { return j < 5 ? 2 * j : 2 * (j - 4); }
+// Where register j's bit with target position t (8 or 15, + 16 for the high half) sits in the word.
+__host__ __device__ constexpr int w2_source_bit(int j, int t) {
+  return j < 5 ? t - w2_shift_of(j) : (t + w2_shift_of(j)) & 31;
+}
+__host__ __device__ constexpr int w2_m_bit(int j, int h) { return w2_source_bit(j, 8 + 16 * h); }
+__host__ __device__ constexpr int w2_s_bit(int j, int h) { return w2_source_bit(j, 15 + 16 * h); }
 
-// Register j of a code word: two BF16 values level / 4.
+// Register j of a code word: two BF16 values level / 4. One LOP3 computes (bits & mask) | base
+// only when the two constants come in registers (a LOP3 takes one immediate; written as & and |,
+// the compiler emits two instructions).
 __device__ __forceinline__ uint32_t w2_decode(uint32_t word, int j) {
-  return (__funnelshift_r(word, word, 2 * j) & 0x81008100u) | 0x3E803E80u;
+  const uint32_t bits = j < 5 ? word * (1u << w2_shift_of(j)) : __funnelshift_r(word, word, w2_shift_of(j));
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"  // 0xEA: (a & b) | c
+      : "=r"(out)
+      : "r"(bits), "r"(0x81008100u), "r"(0x3E803E80u));
+  return out;
 }
 
 // Offset (in BF16 elements) of column k inside one split activation plane: per scale block, four

@@ -7,9 +7,10 @@ namespace moet::cuda {
 namespace {
 
 // One thread per (tile, chunk, lane): the lane's four code words; lanes < 16 also write the four
-// scale bytes of row `lane` of the tile.
+// scale bytes of row `lane` of the tile, next to those of the row 8 apart. Padding rows (tiles
+// past rows / 16) and columns get any code and the scale 2^0.
 __global__ void w2_tile_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool gate_up,
-                               W2TileShape shape, uint8_t* tiled_codes, uint8_t* tiled_scales, int32_t* bad_scale) {
+                               W2TileShape shape, uint8_t* tiled, int32_t* bad_scale) {
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= shape.tiles * shape.chunks * 32) return;
   const int lane = int(id % 32);
@@ -27,21 +28,23 @@ __global__ void w2_tile_kernel(const uint8_t* codes, const uint8_t* scales, int6
       for (int h = 0; h < 2; ++h) {
         const W2FragmentPos pos = w2_fragment_pos(lane, q, j, h);
         const int64_t k = chunk * kW2ChunkCols + pos.col;
-        int code = 2;  // padding columns: any level (their activations are zero)
-        if (k < cols) code = (codes[source_row(pos.row) * row_bytes + k / 4] >> (2 * (k % 4))) & 3;
+        int code = 2;  // padding: any level (zero activations; rows never written out)
+        if (k < cols && tile * kW2TileRows < rows)
+          code = (codes[source_row(pos.row) * row_bytes + k / 4] >> (2 * (k % 4))) & 3;
         const uint32_t s = code < 2, m = code == 0 || code == 3;
         w |= m << w2_m_bit(j, h) | s << w2_s_bit(j, h);
       }
     }
     words[q] = w;
   }
-  reinterpret_cast<uint4*>(tiled_codes)[id] = make_uint4(words[0], words[1], words[2], words[3]);
+  uint8_t* record = tiled + w2_record(tile, chunk, shape.chunks) * kW2RecordBytes;
+  reinterpret_cast<uint4*>(record)[lane] = make_uint4(words[0], words[1], words[2], words[3]);
   if (lane < kW2TileRows) {
-    uint8_t* out = tiled_scales + (tile * shape.chunks + chunk) * kW2ChunkScaleBytes + lane * 4;
+    uint8_t* out = record + kW2ChunkCodeBytes + (lane % 8) * 8 + (lane / 8) * 4;
     for (int q = 0; q < 4; ++q) {
       const int64_t block = chunk * 4 + q;
       uint32_t byte = 127;  // padding blocks: 2^0
-      if (block < row_blocks) byte = scales[source_row(lane) * row_blocks + block];
+      if (block < row_blocks && tile * kW2TileRows < rows) byte = scales[source_row(lane) * row_blocks + block];
       if (byte >= 253) *bad_scale = 1;
       out[q] = uint8_t(byte + 2);
     }
@@ -51,15 +54,16 @@ __global__ void w2_tile_kernel(const uint8_t* codes, const uint8_t* scales, int6
 }  // namespace
 
 W2TileShape w2_tile_shape(int64_t rows, int64_t cols) {
-  return {rows / kW2TileRows, (cols + kW2ChunkCols - 1) / kW2ChunkCols};
+  const int64_t tiles = rows / kW2TileRows;
+  return {(tiles + kW2TileBlock - 1) / kW2TileBlock * kW2TileBlock, (cols + kW2ChunkCols - 1) / kW2ChunkCols};
 }
 
 void w2_tile_launch(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool gate_up,
-                    uint8_t* tiled_codes, uint8_t* tiled_scales, int32_t* bad_scale, cudaStream_t stream) {
+                    uint8_t* tiled, int32_t* bad_scale, cudaStream_t stream) {
   const W2TileShape shape = w2_tile_shape(rows, cols);
   const int64_t threads = shape.tiles * shape.chunks * 32;
   w2_tile_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(codes, scales, rows, cols, gate_up, shape,
-                                                                      tiled_codes, tiled_scales, bad_scale);
+                                                                      tiled, bad_scale);
 }
 
 }  // namespace moet::cuda

@@ -1,9 +1,12 @@
 // Every CUDA backend op against the CPU backend (the reference) on random inputs: products
-// (BF16/F32 weights, vector and scalar paths, per-head), RMSNorm, add, SiLU-and-mul, rope
-// (halves, interleaved, partial), embedding, KV writes + paged attention (GQA over two sequences
-// with scattered blocks, MLA with V aliasing K), routers (softmax, sigmoid grouped with bias,
-// ties), the MoE block, copy_columns; plus batch invariance, run-to-run bit-identity and the
-// memory budget. Skips with a message when no GPU is visible.
+// (BF16/F32 weights, vector and scalar paths, per-head; decode shapes of 128..8192 columns over
+// 4096 / 8192 with 1..8 rows, which cover the tensor-core tile, split K in a block and across a
+// cluster), RMSNorm, add, SiLU-and-mul, rope (halves, interleaved, partial), embedding, KV writes
+// + paged attention (GQA over two sequences with scattered blocks, MLA with V aliasing K, decode
+// contexts of 1..5000 keys in every mode: fused, split by leaf, split by segment), routers
+// (softmax, sigmoid grouped with bias, ties, up to 1024 experts), the MoE block, copy_columns;
+// plus batch invariance (a row's bits do not depend on the other rows or its place among them),
+// run-to-run bit-identity and the memory budget. Skips with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
 #include "core/error.h"
@@ -53,17 +56,73 @@ TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
   EXPECT_EQ(0, std::memcmp(all.data(), one.data(), one.size() * sizeof(float)));
 }
 
+// The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
+// router 128 x 4096) and odd ones: 8 rows against the CPU; every row count 1..7 bit-identical to
+// the first rows of the 8-row result (batch invariance); the 8 rows reversed give the reversed
+// bits (a row's place in the MMA tile does not matter); a second run bit-identical.
+void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, bool bf16) {
+  const int64_t rows = 8;
+  const auto wf = random_floats(size_t(n * k), uint64_t(n + k), 0.02f);
+  const auto wb = to_bf16(wf);
+  auto w = bf16 ? p.weight(wb.data(), DType::bf16, {n, k}) : p.weight(wf.data(), DType::f32, {n, k});
+  const auto xs = random_floats(size_t(rows * k), uint64_t(n * k));
+  auto x = p.activation(xs, {rows, k});
+  auto bias = p.activation(random_floats(size_t(n), 5), {n});
+  auto y = p.alloc({rows, n});
+  p.cpu->matmul(x.first, w.first, &bias.first, y.first);
+  p.gpu->matmul(x.second, w.second, &bias.second, y.second);
+  const std::string what = "n " + std::to_string(n) + " k " + std::to_string(k) + " bf16 " + std::to_string(bf16);
+  EXPECT_LT(max_rel_diff(p, y), kTol) << what;
+  const auto gpu = host(*p.gpu, y.second);
+  for (int64_t r = 1; r < rows; ++r) {
+    Tensor xr = p.activation({xs.begin(), xs.begin() + r * k}, {r, k}).second, yr = p.gpu->alloc({r, n});
+    p.gpu->matmul(xr, w.second, &bias.second, yr);
+    const auto part = host(*p.gpu, yr);
+    EXPECT_EQ(0, std::memcmp(part.data(), gpu.data(), part.size() * sizeof(float))) << what << " rows " << r;
+  }
+  std::vector<float> reversed;
+  for (int64_t r = rows - 1; r >= 0; --r) reversed.insert(reversed.end(), xs.begin() + r * k, xs.begin() + (r + 1) * k);
+  Tensor xrev = p.activation(reversed, {rows, k}).second;
+  Tensor yrev = p.gpu->alloc({rows, n}), again = p.gpu->alloc({rows, n});
+  p.gpu->matmul(xrev, w.second, &bias.second, yrev);
+  p.gpu->matmul(x.second, w.second, &bias.second, again);
+  const auto rev = host(*p.gpu, yrev), twice = host(*p.gpu, again);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(0, std::memcmp(rev.data() + (rows - 1 - r) * n, gpu.data() + r * n, size_t(n) * sizeof(float)))
+        << what << " reversed row " << r;
+  EXPECT_EQ(0, std::memcmp(twice.data(), gpu.data(), gpu.size() * sizeof(float))) << what << " run to run";
+}
+
+TEST(CudaOps, DecodeMatmulShapesMatchCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  for (int64_t k : {4096, 8192})
+    for (int64_t n : {128, 512, 4096, 8192}) check_decode_matmul(p, n, k, true);
+  for (int64_t n : {128, 512, 4096}) check_decode_matmul(p, n, 4096, false);
+  check_decode_matmul(p, 131, 4104, true);  // a partial column tile and a partial 32-k step
+  check_decode_matmul(p, 1000, 7168, true); // DeepSeek-V3's hidden size
+  check_decode_matmul(p, 77, 4099, true);   // odd k: the CUDA-core scalar path
+  check_decode_matmul(p, 77, 4099, false);
+}
+
+// Small per-head products, and MLA's absorbed ones (W_uk^T: 512 x 128 per head, W_uv: 128 x 512).
 TEST(CudaOps, HeadMatmulMatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
-  const int64_t rows = 5, heads = 4, n = 24, k = 32, x_stride = 48, y_stride = 40;
-  const auto wb = to_bf16(random_floats(size_t(heads * n * k), 3, 0.1f));
-  auto w = p.weight(wb.data(), DType::bf16, {heads, n, k});
-  auto x = p.activation(random_floats(size_t(rows * heads * x_stride), 4), {rows, heads, x_stride});
-  auto y = p.activation(std::vector<float>(size_t(rows * heads * y_stride), 0.0f), {rows, heads, y_stride});
-  p.cpu->head_matmul(x.first, heads, x_stride, w.first, y.first, y_stride);
-  p.gpu->head_matmul(x.second, heads, x_stride, w.second, y.second, y_stride);
-  EXPECT_LT(max_rel_diff(p, y), kTol);
+  struct Shape {
+    int64_t rows, heads, n, k, x_stride, y_stride;
+  };
+  for (const Shape& s :
+       {Shape{5, 4, 24, 32, 48, 40}, Shape{3, 16, 512, 128, 192, 576}, Shape{2, 16, 128, 512, 512, 128}}) {
+    const auto wb = to_bf16(random_floats(size_t(s.heads * s.n * s.k), 3, 0.1f));
+    auto w = p.weight(wb.data(), DType::bf16, {s.heads, s.n, s.k});
+    auto x = p.activation(random_floats(size_t(s.rows * s.heads * s.x_stride), 4), {s.rows, s.heads, s.x_stride});
+    auto y = p.activation(std::vector<float>(size_t(s.rows * s.heads * s.y_stride), 0.0f),
+                          {s.rows, s.heads, s.y_stride});
+    p.cpu->head_matmul(x.first, s.heads, s.x_stride, w.first, y.first, s.y_stride);
+    p.gpu->head_matmul(x.second, s.heads, s.x_stride, w.second, y.second, s.y_stride);
+    EXPECT_LT(max_rel_diff(p, y), kTol) << "heads " << s.heads << " n " << s.n << " k " << s.k;
+  }
 }
 
 TEST(CudaOps, ElementwiseMatchCpu) {
@@ -186,10 +245,11 @@ TEST(CudaOps, MlaAttentionMatchesCpu) {
   check_attention(4, 1, 48, 32, true);
 }
 
-// Long contexts: 3000 keys in scattered blocks of 16 (three 1024-key segments; the table stride
-// bucket 256 blocks = 4096 keys, so the grid has a fourth, idle segment). A 2-row step runs in
-// split mode (a block per segment + the combine kernel), a 40-row step in fused mode (one block
-// folds the segments): both within 1e-5 of the CPU, and the rows they share bit-identical.
+// Long contexts: 3000 keys in scattered blocks of 16 (the table stride bucket 256 blocks = 4096
+// keys: 16 segments, the last ones idle for this row). A 2-row step runs split by segment (a
+// block per segment, the last one folds), a 160-row step (short filler rows after the first two)
+// fused (a block per row and head group evaluates the whole tree): both within 1e-5 of the CPU,
+// and the rows they share bit-identical.
 void check_long_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
   BackendPair p;
   const int64_t block_size = 16, keys = 3000, blocks = 200;
@@ -211,11 +271,11 @@ void check_long_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int6
     p.cpu->kv_write(cpu_cache, k.first, mla ? nullptr : &v.first);
     p.gpu->kv_write(gpu_cache, k.second, mla ? nullptr : &v.second);
   }
-  const auto q_rows = random_floats(size_t(40 * q_heads * q_stride), 72);
+  const auto q_rows = random_floats(size_t(160 * q_heads * q_stride), 72);
   std::vector<std::vector<float>> outputs;
-  for (int64_t rows : {2, 40}) {
+  for (int64_t rows : {2, 160}) {
     std::vector<int32_t> positions = {int32_t(keys - 1), 1500}, row_seq(size_t(rows), 0), tokens(size_t(rows), 0);
-    for (int64_t t = 2; t < rows; ++t) positions.push_back(int32_t((t * 997) % keys));
+    for (int64_t t = 2; t < rows; ++t) positions.push_back(int32_t((t * 37) % 300));
     std::vector<int64_t> slots;
     for (int32_t pos : positions) slots.push_back(slot(pos));
     p.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, block_size});
@@ -228,6 +288,104 @@ void check_long_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int6
   }
   EXPECT_EQ(0, std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)))
       << "split and fused modes differ";
+}
+
+// Decode: sequences of the given lengths in scattered blocks of 16, every key written. Step A
+// attends each sequence's last position (one row per sequence: split by segment when the longest
+// needs more than 32 leaves); each sequence alone (its own table-stride bucket: fused for one
+// leaf, split by leaf up to 32 leaves, else by segment); step B: A's rows plus short filler rows,
+// enough for the fused mode. A within 1e-5 of the CPU, the same rows bit-identical across A,
+// alone and B, and A run twice bit-identical.
+void check_decode_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla,
+                            const std::vector<int64_t>& contexts) {
+  BackendPair p;
+  const int64_t block_size = 16, sequences = int64_t(contexts.size());
+  std::vector<std::vector<int32_t>> tables;
+  int64_t blocks = 0;
+  for (int64_t length : contexts) {
+    tables.emplace_back();
+    for (int64_t b = 0; b < (length + block_size - 1) / block_size; ++b) tables.back().push_back(int32_t(blocks++));
+  }
+  for (auto& table : tables)  // scatter: a fixed permutation of all blocks
+    for (int32_t& b : table) b = int32_t((int64_t(b) * 7919) % blocks);
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  std::vector<const int32_t*> table_ptrs;
+  for (const auto& table : tables) table_ptrs.push_back(table.data());
+  auto slot = [&](int64_t seq, int64_t pos) {
+    return int64_t(tables[size_t(seq)][size_t(pos / block_size)]) * block_size + pos % block_size;
+  };
+  const int64_t kv_row = kv_heads * k_dim, v_row = kv_heads * v_dim, q_stride = k_dim + 3;
+  {  // write every key of every sequence
+    std::vector<int32_t> positions, row_seq;
+    std::vector<int64_t> slots;
+    for (int64_t seq = 0; seq < sequences; ++seq)
+      for (int64_t pos = 0; pos < contexts[size_t(seq)]; ++pos)
+        positions.push_back(int32_t(pos)), row_seq.push_back(int32_t(seq)), slots.push_back(slot(seq, pos));
+    const int64_t rows = int64_t(positions.size());
+    const std::vector<int32_t> tokens(size_t(rows), 0);
+    p.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), sequences, table_ptrs.data(),
+                  block_size});
+    auto k = p.activation(random_floats(size_t(rows * kv_row), 90), {rows, kv_row});
+    auto v = p.activation(random_floats(size_t(rows * v_row), 91), {rows, v_row});
+    p.cpu->kv_write(cpu_cache, k.first, mla ? nullptr : &v.first);
+    p.gpu->kv_write(gpu_cache, k.second, mla ? nullptr : &v.second);
+  }
+  const float scale = 1.0f / std::sqrt(float(k_dim));
+  const int64_t head_floats = q_heads * q_stride, fillers = 300;
+  const auto q_all = random_floats(size_t((sequences + fillers) * head_floats), 92);
+  // One step of rows (sequence, position, query) on the GPU, and on the CPU when asked.
+  auto run = [&](const std::vector<int32_t>& seqs, const std::vector<int32_t>& positions,
+                 const std::vector<float>& q_rows, bool with_cpu, const std::vector<const int32_t*>& step_tables) {
+    const int64_t rows = int64_t(seqs.size());
+    const std::vector<int64_t> slots(size_t(rows), 0);  // no KV write in these steps
+    const std::vector<int32_t> tokens(size_t(rows), 0);
+    p.begin_step({rows, tokens.data(), positions.data(), seqs.data(), slots.data(), int64_t(step_tables.size()),
+                  step_tables.data(), block_size});
+    auto q = p.activation(q_rows, {rows, q_heads, q_stride});
+    auto out = p.alloc({rows, q_heads, v_dim});
+    p.gpu->attention(gpu_cache, q.second, q_heads, q_stride, scale, out.second);
+    if (with_cpu) {
+      p.cpu->attention(cpu_cache, q.first, q_heads, q_stride, scale, out.first);
+      EXPECT_LT(max_rel_diff(p, out), 1e-5) << "q_heads " << q_heads << " k_dim " << k_dim;
+    }
+    return host(*p.gpu, out.second);
+  };
+  auto q_of = [&](int64_t first, int64_t count) {
+    return std::vector<float>(q_all.begin() + first * head_floats, q_all.begin() + (first + count) * head_floats);
+  };
+  std::vector<int32_t> seqs, last;
+  for (int64_t seq = 0; seq < sequences; ++seq) {
+    seqs.push_back(int32_t(seq));
+    last.push_back(int32_t(contexts[size_t(seq)] - 1));
+  }
+  const auto a = run(seqs, last, q_of(0, sequences), true, table_ptrs);
+  const auto a_again = run(seqs, last, q_of(0, sequences), false, table_ptrs);
+  EXPECT_EQ(0, std::memcmp(a.data(), a_again.data(), a.size() * sizeof(float))) << "run to run";
+  const size_t row_floats = size_t(q_heads * v_dim);
+  for (int64_t seq = 0; seq < sequences; ++seq) {
+    const auto alone = run({0}, {last[size_t(seq)]}, q_of(seq, 1), false, {table_ptrs[size_t(seq)]});
+    EXPECT_EQ(0, std::memcmp(alone.data(), a.data() + size_t(seq) * row_floats, row_floats * sizeof(float)))
+        << "sequence of " << contexts[size_t(seq)] << " keys alone";
+  }
+  std::vector<int32_t> b_seqs = seqs, b_pos = last;
+  for (int64_t f = 0; f < fillers; ++f) {
+    b_seqs.push_back(int32_t(f % sequences));
+    b_pos.push_back(int32_t((f * 13) % std::min<int64_t>(40, contexts[size_t(f % sequences)])));
+  }
+  const auto b = run(b_seqs, b_pos, q_of(0, sequences + fillers), false, table_ptrs);
+  EXPECT_EQ(0, std::memcmp(b.data(), a.data(), a.size() * sizeof(float))) << "fused and split modes differ";
+}
+
+TEST(CudaOps, DecodeGqaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_decode_attention(64, 4, 128, 128, false, {1, 100, 600, 1500, 5000});  // Qwen3-235B
+  check_decode_attention(6, 3, 42, 42, false, {1, 70, 300});  // two heads per KV head, dims not a multiple of 4
+}
+
+TEST(CudaOps, DecodeMlaAttentionMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_decode_attention(16, 1, 576, 512, true, {1, 100, 600, 1500});  // DeepSeek-V3's latent cache
 }
 
 TEST(CudaOps, LongContextGqaAttentionMatchesCpu) {
@@ -293,19 +451,30 @@ void check_router(RouterParams params, const std::vector<float>& logits, int64_t
   auto weights = p.alloc({rows, params.top_k});
   p.cpu->router(cpu_params, l.first, ids.first, weights.first);
   p.gpu->router(gpu_params, l.second, ids.second, weights.second);
-  EXPECT_EQ(host<int32_t>(*p.cpu, ids.first), host<int32_t>(*p.gpu, ids.second));
-  EXPECT_LT(max_rel_diff(p, weights), 1e-6);
+  EXPECT_EQ(host<int32_t>(*p.cpu, ids.first), host<int32_t>(*p.gpu, ids.second)) << "experts " << params.experts;
+  EXPECT_LT(max_rel_diff(p, weights), 1e-6) << "experts " << params.experts;
+  auto again = p.alloc({rows, params.top_k});
+  p.gpu->router(gpu_params, l.second, ids.second, again.second);
+  const auto first = host(*p.gpu, weights.second), second = host(*p.gpu, again.second);
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float))) << "run to run";
 }
 
 TEST(CudaOps, RoutersMatchCpu) {
   MOET_SKIP_WITHOUT_GPU();
+  for (int64_t rows : {1, 7, 37}) {  // one warp per row, four rows per block: partial blocks too
+    check_router({128, 8, false, true, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 128), 50), rows, {});
+    check_router({60, 4, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 60), 51), rows, {});
+    check_router({256, 8, true, true, 2.5f, 8, 4, nullptr}, random_floats(size_t(rows * 256), 52), rows,
+                 random_floats(256, 53, 0.1f));  // DeepSeek-V3
+  }
   const int64_t rows = 7;
-  check_router({128, 8, false, true, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 128), 50), rows, {});
-  check_router({60, 4, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 60), 51), rows, {});
-  check_router({256, 8, true, true, 2.5f, 8, 4, nullptr}, random_floats(size_t(rows * 256), 52), rows,
-               random_floats(256, 53, 0.1f));
   check_router({64, 6, true, true, 1.0f, 8, 3, nullptr}, std::vector<float>(size_t(rows * 64), 0.5f), rows,
                std::vector<float>(64, 0.0f));  // all tied: lowest indices
+  check_router({1024, 64, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 1024), 54), rows, {});
+  check_router({1024, 16, true, true, 1.0f, 64, 40, nullptr}, random_floats(size_t(rows * 1024), 55), rows,
+               random_floats(1024, 56, 0.1f));  // two groups per lane
+  check_router({160, 6, true, false, 16.0f, 8, 3, nullptr}, random_floats(size_t(rows * 160), 57), rows,
+               random_floats(160, 58, 0.1f));  // groups of 20
 }
 
 void check_moe(int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {

@@ -65,6 +65,10 @@ TEST_P(CudaQuantMoe, MatchesCpu) {
   check_quant_moe(f, 12, 3, 2080, 1056, 1);   // 65 and 33 blocks per row: one lane takes an extra block
   check_quant_moe(f, 12, 3, 2080, 1056, 7);
   check_quant_moe(f, 10, 8, 512, 64, 4);      // top-8: many experts active
+  // DeepSeek-V3's expert shape, all experts active: long tiles, some covered by one warp alone,
+  // some shared by several (the persistent W2 kernels' two ways of finishing a tile).
+  check_quant_moe(f, 8, 8, 7168, 2048, 1);
+  check_quant_moe(f, 8, 8, 7168, 2048, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4),

@@ -1,0 +1,50 @@
+// Kernel launches with the sm_90 launch features, used where the kernel's binary has them:
+// programmatic dependent launch (the kernel may be scheduled while the stream's previous kernel
+// finishes; it must call pdl_wait() (w2_mma.cuh) before it reads or writes memory that an earlier
+// kernel of the stream writes or reads, and may only touch constant data before) and thread-block
+// clusters. Whether the binary is sm_90+ is asked of the kernel itself (cudaFuncGetAttributes:
+// an sm_80 binary running on a newer GPU has no griddepcontrol / cluster instructions) once per
+// kernel; one GPU architecture per process is assumed. Other binaries get a plain launch, where
+// pdl_wait() is a no-op; they must not ask for clusters.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace moet::cuda {
+
+template <auto Kernel>
+bool kernel_is_sm90() {
+  static const bool sm90 = [] {
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess && attributes.binaryVersion >= 90;
+  }();
+  return sm90;
+}
+
+// Launches Kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent launch
+// in clusters of `cluster` blocks along x (grid.x a multiple of it). Errors surface in
+// cudaGetLastError().
+template <auto Kernel, typename... Args>
+void launch_dependent_kernel(dim3 grid, dim3 block, size_t shared, unsigned cluster, cudaStream_t stream,
+                             Args... args) {
+  if (!kernel_is_sm90<Kernel>()) {
+    Kernel<<<grid, block, shared, stream>>>(args...);
+    return;
+  }
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster;
+  attributes[1].val.clusterDim.y = attributes[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = cluster > 1 ? 2 : 1;
+  cudaLaunchKernelEx(&config, Kernel, args...);
+}
+
+}  // namespace moet::cuda
