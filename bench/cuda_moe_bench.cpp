@@ -10,8 +10,7 @@
 // are means over 20 calls after 3 warm-ups, with one synchronisation at the end. Prints a table
 // and writes JSON (argument 1, optional).
 #ifdef MOET_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_info.h"
+#include "cuda_bench_start.h"
 #include "core/dtype.h"
 
 #include <nlohmann/json.hpp>
@@ -151,13 +150,10 @@ nlohmann::json bench_dense(Backend& backend, int64_t n, int64_t k, double copy_g
 }  // namespace moet
 
 int main(int argc, char** argv) {
-  if (moet::cuda_devices().empty()) {
-    std::printf("cuda_moe_bench: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
-  auto backend = moet::cuda_backend_create({});
-  const double copy_gbs = backend->copy_bandwidth(size_t(2) << 30);
-  std::printf("%s\ndevice-to-device copy: %.1f GB/s (read + write)\n", backend->name().c_str(), copy_gbs);
+  const moet::CudaBenchStart start = moet::start_cuda_bench("cuda_moe_bench");
+  if (!start.backend) return 0;
+  moet::Backend* backend = start.backend.get();
+  const double copy_gbs = start.copy_gbs;
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
   for (const char* format : {"w2", "fp4", "bf16"}) {
     report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", format, 7168, 2048, copy_gbs));

@@ -10,8 +10,7 @@
 // in one CUDA graph and replayed 20 times (what a decode step pays, launch gaps included). GB/s
 // counts every float the op must read or write once (activations and weights) over the gated time.
 #ifdef MOET_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_info.h"
+#include "cuda_bench_start.h"
 
 #include <chrono>
 #include <cmath>
@@ -172,13 +171,10 @@ void bench_mla_rope(NormBench& bench, int64_t rows) {
 }  // namespace moet
 
 int main() {
-  if (moet::cuda_devices().empty()) {
-    std::printf("cuda_norm_bench: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
-  auto backend = moet::cuda_backend_create({});
-  const double copy_gbs = backend->copy_bandwidth(size_t(1) << 30);
-  std::printf("%s\ndevice-to-device copy: %.1f GB/s (read + write)\n", backend->name().c_str(), copy_gbs);
+  const moet::CudaBenchStart start = moet::start_cuda_bench("cuda_norm_bench", size_t(1) << 30);
+  if (!start.backend) return 0;
+  moet::Backend* backend = start.backend.get();
+  const double copy_gbs = start.copy_gbs;
   moet::NormBench bench(*backend, copy_gbs);
   for (int64_t rows : {1, 8}) {
     moet::bench_hidden(bench, "Qwen3-235B", 4096, rows);

@@ -10,8 +10,7 @@
 // counted: the weights (GEMV); the K/V rows, once per KV head (attention). Prints a table and
 // writes JSON (argument 1, optional).
 #ifdef MOET_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_info.h"
+#include "cuda_bench_start.h"
 #include "core/dtype.h"
 
 #include <nlohmann/json.hpp>
@@ -164,13 +163,10 @@ nlohmann::json bench_router(Bench& b, const char* name, RouterParams params) {
 }  // namespace moet
 
 int main(int argc, char** argv) {
-  if (moet::cuda_devices().empty()) {
-    std::printf("cuda_ops_bench: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
-  auto backend = moet::cuda_backend_create({});
-  const double copy_gbs = backend->copy_bandwidth(size_t(2) << 30);
-  std::printf("%s\ndevice-to-device copy: %.1f GB/s (read + write)\n", backend->name().c_str(), copy_gbs);
+  const moet::CudaBenchStart start = moet::start_cuda_bench("cuda_ops_bench");
+  if (!start.backend) return 0;
+  moet::Backend* backend = start.backend.get();
+  const double copy_gbs = start.copy_gbs;
   moet::Bench bench{*backend, copy_gbs};
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
   auto& out = report["benchmarks"];

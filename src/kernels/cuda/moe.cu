@@ -2,6 +2,7 @@
 #include "kernels/cuda/moe.h"
 
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/w2_mma.cuh"
@@ -224,7 +225,7 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const dim3 combine_grid(unsigned((a.hidden + 127) / 128), unsigned(a.rows));
   if (a.format == kMoeW2) {
     moe_w2_launch(a, stream);
-    launch_dependent(moe_combine_kernel, combine_grid, dim3(128), 0, a, stream);
+    launch_dependent_kernel<moe_combine_kernel>(combine_grid, dim3(128), 0, 1, stream, a);
     return;
   }
   moe_group_kernel<<<1, kGroupThreads, size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t),

@@ -20,6 +20,7 @@
 // then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
 #include "kernels/cuda/moe_w2.h"
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/w2_tiles.h"
@@ -396,25 +397,15 @@ int64_t partial_floats() {
 
 template <int P>
 void w2_products(const MoeArgs& a, cudaStream_t stream) {
-  launch_dependent(w2_product_kernel<true, P>, dim3(unsigned(product_warps<true, P>() / kWarpsPerBlock)),
-                   dim3(kWarpsPerBlock * 32), 0, a, stream);
-  launch_dependent(w2_product_kernel<false, P>, dim3(unsigned(product_warps<false, P>() / kWarpsPerBlock)),
-                   dim3(kWarpsPerBlock * 32), 0, a, stream);
+  launch_dependent_kernel<w2_product_kernel<true, P>>(dim3(unsigned(product_warps<true, P>() / kWarpsPerBlock)),
+                                                      dim3(kWarpsPerBlock * 32), 0, 1, stream, a);
+  launch_dependent_kernel<w2_product_kernel<false, P>>(dim3(unsigned(product_warps<false, P>() / kWarpsPerBlock)),
+                                                       dim3(kWarpsPerBlock * 32), 0, 1, stream, a);
 }
 
 // Item pairs per pass: the batch rounded up to a power of two pairs (at most 4); an expert gets
 // at most one item per row, so decode takes one pass per expert.
 int pairs_per_pass(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
-
-bool pdl_supported() {
-  static const bool supported = [] {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    return major >= 9;
-  }();
-  return supported;
-}
 
 }  // namespace
 
@@ -424,21 +415,6 @@ W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t h
   const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
   const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
   return {passes, 2 * passes * blocks, partial, int(2 * pairs)};
-}
-
-void launch_dependent(void (*kernel)(MoeArgs), dim3 grid, dim3 block, size_t shared, const MoeArgs& a,
-                      cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl_supported() ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, a);
 }
 
 void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {

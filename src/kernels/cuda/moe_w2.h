@@ -16,10 +16,4 @@ W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t h
 
 void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
 
-// Launches kernel(a) so that it may start while the stream's previous kernel finishes
-// (programmatic dependent launch, sm_90+; a plain launch before): the kernel must call
-// pdl_wait() (w2_mma.cuh) before reading what its predecessor wrote.
-void launch_dependent(void (*kernel)(MoeArgs), dim3 grid, dim3 block, size_t shared, const MoeArgs& a,
-                      cudaStream_t stream);
-
 }  // namespace moet::cuda

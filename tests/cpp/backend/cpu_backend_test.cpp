@@ -2,6 +2,7 @@
 // rmsnorm, qk_norm_rope is rmsnorm per head (when the norm weights are given) then rope, for q
 // and k. The CPU backend is the reference the CUDA backend and the golden fixtures are held to,
 // so fusing must not move a bit. Also: the per-op profile names the fused ops.
+#include "../random_values.h"
 #include "backend/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
@@ -16,14 +17,6 @@ namespace moet {
 namespace {
 
 constexpr float kEps = 1e-6f;
-
-std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> out(n);
-  for (auto& v : out) v = normal(rng);
-  return out;
-}
 
 Tensor tensor(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
   Tensor t = backend.alloc(std::move(shape));

@@ -2,6 +2,7 @@
 // random data put into both, and the comparison of results.
 #pragma once
 
+#include "../random_values.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_info.h"
@@ -19,14 +20,6 @@ namespace moet::test {
 
 #define MOET_SKIP_WITHOUT_GPU()                                                          \
   if (::moet::cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU visible: CUDA test skipped"
-
-inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> out(n);
-  for (auto& v : out) v = normal(rng);
-  return out;
-}
 
 inline std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
   std::vector<uint16_t> out(values.size());

@@ -1,6 +1,7 @@
 // CPU kernels against float64 references written here: dot products / matmul (AVX2 and scalar),
 // RMSNorm, paged attention vs dense causal attention, rope (halves, interleaved, partial), and
 // the routers (softmax top-k, sigmoid grouped top-k with correction bias).
+#include "../random_values.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
@@ -19,14 +20,6 @@
 
 namespace moet {
 namespace {
-
-std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> out(n);
-  for (auto& v : out) v = normal(rng);
-  return out;
-}
 
 TEST(Matmul, Bf16AndF32MatchFloat64ForEveryPath) {
   ThreadPool pool(3);
