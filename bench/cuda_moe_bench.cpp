@@ -10,7 +10,7 @@
 // are means over 20 calls after 3 warm-ups, with one synchronisation at the end. Prints a table
 // and writes JSON (argument 1, optional).
 #ifdef MOET_HAVE_CUDA
-#include "cuda_bench_start.h"
+#include "gpu_bench_start.h"
 #include "core/dtype.h"
 
 #include <nlohmann/json.hpp>

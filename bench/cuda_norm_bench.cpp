@@ -10,7 +10,7 @@
 // in one CUDA graph and replayed 20 times (what a decode step pays, launch gaps included). GB/s
 // counts every float the op must read or write once (activations and weights) over the gated time.
 #ifdef MOET_HAVE_CUDA
-#include "cuda_bench_start.h"
+#include "gpu_bench_start.h"
 
 #include <chrono>
 #include <cmath>

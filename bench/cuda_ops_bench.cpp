@@ -10,7 +10,7 @@
 // counted: the weights (GEMV); the K/V rows, once per KV head (attention). Prints a table and
 // writes JSON (argument 1, optional).
 #ifdef MOET_HAVE_CUDA
-#include "cuda_bench_start.h"
+#include "gpu_bench_start.h"
 #include "core/dtype.h"
 
 #include <nlohmann/json.hpp>
