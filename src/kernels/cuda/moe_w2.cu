@@ -26,25 +26,34 @@
 #include "kernels/cuda/w2_tiles.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 namespace moet::cuda {
 namespace {
 
+// Tuning of the product kernels. The MOET_W2_* macros exist so that variants can be built with
+// -D for measurement (docs/gpu.md, run 4); the defaults are the fastest measured on the H200:
+// 2 or 4 tiles per warp and 12 to 20 warps per SM were within 4% of each other at batch 1, and
+// deeper rings (4 or 8 units per warp) were slower, even with the decode removed.
 constexpr int kWarpsPerBlock = 4;
-// Tiles a warp streams side by side, sharing their activation loads (fewer with more item pairs:
-// registers run short).
 #ifndef MOET_W2_TILES_P1
 #define MOET_W2_TILES_P1 4
 #endif
 #ifndef MOET_W2_BLOCKS_P1
 #define MOET_W2_BLOCKS_P1 3
 #endif
+#ifndef MOET_W2_DEPTH
+#define MOET_W2_DEPTH 2
+#endif
+// Tiles a warp streams side by side, sharing their activation loads (fewer with more item pairs:
+// registers run short).
 template <int P>
 constexpr int kTileBlock = P == 1 ? MOET_W2_TILES_P1 : P == 2 ? 4 : 2;
-// Blocks per SM the product kernels are compiled for (registers: 168, 168 and 255 per thread).
+// Blocks per SM the product kernels are compiled for (registers: about 168, 240 and 235 per thread).
 template <int P>
 constexpr int kMinBlocksPerSm = P == 1 ? MOET_W2_BLOCKS_P1 : 2;
-constexpr int kDepth = 2;                // units (a tile block's chunk) in flight per warp: 4.6 KB
+constexpr int kDepth = MOET_W2_DEPTH;    // units (a tile block's chunk) in flight per warp
 constexpr int kPrepareThreads = 256;
 constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one item pair
 
@@ -290,6 +299,12 @@ __device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& 
   write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
 }
 
+// f(slot 0), f(slot 1), ... (slots as compile-time constants) until one returns true.
+template <int... S, typename F>
+__device__ __forceinline__ bool in_slot_order(std::integer_sequence<int, S...>, F&& f) {
+  return (f(std::integral_constant<int, S>{}) || ...);
+}
+
 template <bool kGateUp, int P>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_product_kernel(MoeArgs a) {
   if (kGateUp) pdl_wait();  // grouping, passes, the split x and clear counters come from prepare
@@ -369,10 +384,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_pr
     }
     return false;
   };
-  static_assert(kDepth == 2, "the loop below alternates two ring slots and two activation buffers");
-  for (;;) {
-    if (step(ring[0], xv[0], xv[kPrefetchX ? 1 : 0])) return;
-    if (step(ring[1], xv[kPrefetchX ? 1 : 0], xv[0])) return;
+  // The ring's slots in turn (indices known at compile time, so the ring stays in registers); the
+  // activation buffers alternate, hence an even depth.
+  static_assert(kDepth % 2 == 0, "the activation buffers alternate with the ring slots");
+  auto slot_step = [&](auto slot) {
+    constexpr int s = decltype(slot)::value;
+    return step(ring[s], xv[kPrefetchX ? s % 2 : 0], xv[kPrefetchX ? (s + 1) % 2 : 0]);
+  };
+  while (!in_slot_order(std::make_integer_sequence<int, kDepth>{}, slot_step)) {
   }
 }
 
