@@ -1,4 +1,5 @@
-// Paged attention and KV writes (see attention.h).
+// Paged attention and KV writes (see attention.h), both launched as programmatic dependent
+// launches (launch.cuh) that wait for the previous kernel before touching memory.
 //
 // A block (8 warps) serves H <= 4 query heads of one KV head and walks its leaves with two
 // shared-memory buffers: while leaf i is computed, leaf i + 1's K (and V) rows are in flight
@@ -13,7 +14,6 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/w2_mma.cuh"
 
 #include <algorithm>
 
@@ -352,6 +352,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
 }
 
 __global__ void kv_write_kernel(PagedKvArgs cache, const float* k, const float* v, const int64_t* slots) {
+  pdl_trigger();
+  pdl_wait();  // k, v and the slots come from the previous kernels and copies
   const int64_t t = blockIdx.x;
   const int64_t k_row = cache.kv_heads * cache.k_dim, v_row = cache.kv_heads * cache.v_dim;
   float* k_dst = cache.k + slots[t] * cache.token_stride;
@@ -379,7 +381,7 @@ void attention_launch(const AttentionArgs& a, cudaStream_t stream) {
 
 void kv_write_launch(const PagedKvArgs& cache, const float* k, const float* v, const int64_t* slots,
                      int64_t rows, cudaStream_t stream) {
-  kv_write_kernel<<<unsigned(rows), 256, 0, stream>>>(cache, k, v, slots);
+  launch_dependent_kernel<kv_write_kernel>(dim3(unsigned(rows)), dim3(256), 0, 1, stream, cache, k, v, slots);
 }
 
 }  // namespace moet::cuda

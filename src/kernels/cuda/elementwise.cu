@@ -1,10 +1,15 @@
-// Embedding, SiLU-and-mul and add (see elementwise.h).
+// Embedding, SiLU-and-mul and add (see elementwise.h), each launched as a programmatic dependent
+// launch (launch.cuh) that waits for the previous kernel before touching any memory.
 #include "kernels/cuda/elementwise.h"
+
+#include "kernels/cuda/launch.cuh"
 
 namespace moet::cuda {
 namespace {
 
 __global__ void embedding_kernel(const int32_t* ids, const void* table, bool bf16, int64_t dim, float* out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.x, row = ids[t];
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
     out[t * dim + i] = bf16 ? __uint_as_float(uint32_t(static_cast<const uint16_t*>(table)[row * dim + i]) << 16)
@@ -12,6 +17,8 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, bool bf1
 }
 
 __global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t inner, float* out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t n = rows * inner;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / inner, i = idx % inner;
@@ -21,6 +28,8 @@ __global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t inne
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] += x[i];
 }
 
@@ -33,15 +42,17 @@ unsigned grid_for(int64_t n, int threads) {
 
 void embedding_launch(const int32_t* ids, int64_t rows, const void* table, bool table_bf16, int64_t dim,
                       float* out, cudaStream_t stream) {
-  embedding_kernel<<<unsigned(rows), 256, 0, stream>>>(ids, table, table_bf16, dim, out);
+  launch_dependent_kernel<embedding_kernel>(dim3(unsigned(rows)), dim3(256), 0, 1, stream, ids, table, table_bf16, dim,
+                                            out);
 }
 
 void silu_mul_launch(const float* gate_up, int64_t rows, int64_t inner, float* out, cudaStream_t stream) {
-  silu_mul_kernel<<<grid_for(rows * inner, 256), 256, 0, stream>>>(gate_up, rows, inner, out);
+  launch_dependent_kernel<silu_mul_kernel>(dim3(grid_for(rows * inner, 256)), dim3(256), 0, 1, stream, gate_up, rows,
+                                           inner, out);
 }
 
 void add_launch(float* y, const float* x, int64_t n, cudaStream_t stream) {
-  add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(y, x, n);
+  launch_dependent_kernel<add_kernel>(dim3(grid_for(n, 256)), dim3(256), 0, 1, stream, y, x, n);
 }
 
 }  // namespace moet::cuda

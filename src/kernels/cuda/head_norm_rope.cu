@@ -2,9 +2,11 @@
 // the warp loads its head span into registers (rms_span.cuh), normalises it, stages it in shared
 // memory so each lane can read the rotation partners of its own outputs, and writes the span
 // back. Each pair's cos/sin is computed once per warp, while the span's loads are in flight. All
-// global reads of a head happen before any of its writes, so rotating in place is safe.
+// global reads of a head happen before any of its writes, so rotating in place is safe. Launched
+// as a programmatic dependent launch (launch.cuh) that waits for the previous kernel first.
 #include "kernels/cuda/head_norm_rope.h"
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rms_span.cuh"
 
 namespace moet::cuda {
@@ -30,6 +32,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   static_assert(32 * W * kChunks >= kMaxSpan);
   __shared__ float staged[kWarpsPerBlock][kMaxSpan];
   __shared__ float cos_of[kWarpsPerBlock][kMaxRopePairs], sin_of[kWarpsPerBlock][kMaxRopePairs];
+  pdl_trigger();
+  pdl_wait();  // the heads and positions come from the previous kernels and copies
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   const int64_t heads = first.heads + second.heads, group = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
   if (group >= rows * heads) return;  // whole warps leave; nothing below synchronises the block
@@ -83,9 +87,11 @@ void head_norm_rope_launch(const RopeArgs& rope, const HeadSet& first, const Hea
   if (groups == 0) return;
   const unsigned blocks = unsigned((groups + kWarpsPerBlock - 1) / kWarpsPerBlock), threads = 32 * kWarpsPerBlock;
   if (vector_access(first, rope.pairs) && vector_access(second, rope.pairs)) {
-    head_norm_rope_kernel<4, 2><<<blocks, threads, 0, stream>>>(rope, first, second, rows, eps, positions);
+    launch_dependent_kernel<head_norm_rope_kernel<4, 2>>(blocks, threads, 0, 1, stream, rope, first, second, rows, eps,
+                                                         positions);
   } else {
-    head_norm_rope_kernel<1, 8><<<blocks, threads, 0, stream>>>(rope, first, second, rows, eps, positions);
+    launch_dependent_kernel<head_norm_rope_kernel<1, 8>>(blocks, threads, 0, 1, stream, rope, first, second, rows, eps,
+                                                         positions);
   }
 }
 

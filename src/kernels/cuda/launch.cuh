@@ -1,16 +1,30 @@
 // Kernel launches with the sm_90 launch features, used where the kernel's binary has them:
 // programmatic dependent launch (the kernel may be scheduled while the stream's previous kernel
-// finishes; it must call pdl_wait() (w2_mma.cuh) before it reads or writes memory that an earlier
-// kernel of the stream writes or reads, and may only touch constant data before) and thread-block
-// clusters. Whether the binary is sm_90+ is asked of the kernel itself (cudaFuncGetAttributes:
-// an sm_80 binary running on a newer GPU has no griddepcontrol / cluster instructions) once per
-// kernel; one GPU architecture per process is assumed. Other binaries get a plain launch, where
-// pdl_wait() is a no-op; they must not ask for clusters.
+// finishes; it must call pdl_wait() (below) before it reads or writes memory that an earlier
+// kernel of the stream writes or reads, and may only touch constant data before; every thread
+// calls it, early exits included, since the next kernel's wait covers only this kernel's
+// completion) and thread-block clusters. Whether the binary is sm_90+ is asked of the kernel
+// itself (cudaFuncGetAttributes: an sm_80 binary running on a newer GPU has no griddepcontrol /
+// cluster instructions) once per kernel; one GPU architecture per process is assumed. Other
+// binaries get a plain launch, where pdl_wait() and pdl_trigger() are no-ops; they must not ask
+// for clusters.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace moet::cuda {
+
+// Programmatic dependent launch: wait for the previous kernel's memory; let the next one start.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 
 template <auto Kernel>
 bool kernel_is_sm90() {

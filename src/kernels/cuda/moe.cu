@@ -1,11 +1,11 @@
-// Routed experts (see moe.h).
+// Routed experts (see moe.h). Every kernel here is a programmatic dependent launch (launch.cuh)
+// that waits for the previous kernel before touching memory; the W2 path's kernels are in moe_w2.cu.
 #include "kernels/cuda/moe.h"
 
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/moe_w2.h"
-#include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/quant_core.cuh"
 
 namespace moet::cuda {
@@ -16,12 +16,16 @@ constexpr int kGroupThreads = 256;
 
 __global__ void moe_group_kernel(MoeArgs a) {
   extern __shared__ int32_t count[];  // moe_group_shared_ints()
+  pdl_trigger();
+  pdl_wait();  // the expert ids come from the router
   moe_group_block(a, count);
 }
 
 // Warp w of block (x, a) computes act column j = blockIdx.x * kWarps + w of active expert a.
 template <typename W>
 __global__ void __launch_bounds__(kWarps * 32) moe_gate_up_kernel(MoeArgs a, bool vec) {
+  pdl_trigger();
+  pdl_wait();  // the grouping comes from moe_group_kernel
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int lane = threadIdx.x & 31;
@@ -49,6 +53,8 @@ __global__ void __launch_bounds__(kWarps * 32) moe_gate_up_kernel(MoeArgs a, boo
 // Warp w of block (x, a) computes output columns 2 * (blockIdx.x * kWarps + w) + {0, 1}.
 template <typename W>
 __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool vec) {
+  pdl_trigger();
+  pdl_wait();  // act comes from the gate_up kernel
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int lane = threadIdx.x & 31;
@@ -78,7 +84,8 @@ constexpr int kCombineMaxTopK = 16;  // slots ordered in registers; more take a 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item. The order is
 // found first (experts of a row are distinct), then every item's value is requested at once.
 __global__ void moe_combine_kernel(MoeArgs a) {
-  pdl_wait();  // launched dependent on the W2 down kernel
+  pdl_trigger();
+  pdl_wait();  // the item outputs come from the down kernel
   const int64_t row = blockIdx.y;
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= a.hidden) return;
@@ -114,8 +121,10 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
   // Expert pointers come from the device table, so alignment is checked where the table is built.
   const bool vec_up = a.hidden % kChunk == 0 && aligned16(a.x);
   const bool vec_down = a.inner % kChunk == 0;
-  moe_gate_up_kernel<W><<<dim3(unsigned((a.inner + kWarps - 1) / kWarps), max_active), kWarps * 32, 0, stream>>>(a, vec_up);
-  moe_down_kernel<W><<<dim3(unsigned((a.hidden + 2 * kWarps - 1) / (2 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a, vec_down);
+  launch_dependent_kernel<moe_gate_up_kernel<W>>(dim3(unsigned((a.inner + kWarps - 1) / kWarps), max_active),
+                                                 dim3(kWarps * 32), 0, 1, stream, a, vec_up);
+  launch_dependent_kernel<moe_down_kernel<W>>(dim3(unsigned((a.hidden + 2 * kWarps - 1) / (2 * kWarps)), max_active),
+                                              dim3(kWarps * 32), 0, 1, stream, a, vec_down);
 }
 
 // MXFP4 on CUDA cores (quant_core.cuh). Warp w of block (x, a) computes act columns
@@ -124,6 +133,8 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
 // of 32).
 template <int kBits, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs a) {
+  pdl_trigger();
+  pdl_wait();  // the grouping comes from moe_group_kernel
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int lane = threadIdx.x & 31;
@@ -163,6 +174,8 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 // is a multiple of 32).
 template <int kBits, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) {
+  pdl_trigger();
+  pdl_wait();  // act comes from the gate_up kernel
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int lane = threadIdx.x & 31;
@@ -196,10 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
 
 template <int kBits, int R>
 void moe_quant_products_rows(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
-  moe_quant_gate_up_kernel<kBits, R>
-      <<<dim3(unsigned((a.inner + 2 * kWarps - 1) / (2 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a);
-  moe_quant_down_kernel<kBits, R>
-      <<<dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), kWarps * 32, 0, stream>>>(a);
+  launch_dependent_kernel<moe_quant_gate_up_kernel<kBits, R>>(
+      dim3(unsigned((a.inner + 2 * kWarps - 1) / (2 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
+  launch_dependent_kernel<moe_quant_down_kernel<kBits, R>>(
+      dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
 }
 
 // Rows per pass: the batch rounded up to a power of two (at most kMaxRows); an expert gets at
@@ -222,22 +235,22 @@ void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stre
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
-  const dim3 combine_grid(unsigned((a.hidden + 127) / 128), unsigned(a.rows));
   if (a.format == kMoeW2) {
     moe_w2_launch(a, stream);
-    launch_dependent_kernel<moe_combine_kernel>(combine_grid, dim3(128), 0, 1, stream, a);
-    return;
-  }
-  moe_group_kernel<<<1, kGroupThreads, size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t),
-                     stream>>>(a);
-  if (a.format == kMoeFp4) {
-    moe_quant_products<4>(a, max_active, stream);
-  } else if (a.w_bf16) {
-    moe_products<uint16_t>(a, max_active, stream);
   } else {
-    moe_products<float>(a, max_active, stream);
+    launch_dependent_kernel<moe_group_kernel>(
+        dim3(1), dim3(kGroupThreads), size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t), 1,
+        stream, a);
+    if (a.format == kMoeFp4) {
+      moe_quant_products<4>(a, max_active, stream);
+    } else if (a.w_bf16) {
+      moe_products<uint16_t>(a, max_active, stream);
+    } else {
+      moe_products<float>(a, max_active, stream);
+    }
   }
-  moe_combine_kernel<<<combine_grid, 128, 0, stream>>>(a);
+  launch_dependent_kernel<moe_combine_kernel>(dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), dim3(128), 0, 1,
+                                              stream, a);
 }
 
 }  // namespace moet::cuda

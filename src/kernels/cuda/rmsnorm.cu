@@ -1,6 +1,8 @@
-// RMSNorm and residual add + RMSNorm (see rmsnorm.h): one kernel, one group per team of threads.
+// RMSNorm and residual add + RMSNorm (see rmsnorm.h): one kernel, one group per team of threads,
+// launched as a programmatic dependent launch (launch.cuh) that waits for the previous kernel first.
 #include "kernels/cuda/rmsnorm.h"
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rms_span.cuh"
 
 #include <cstdint>
@@ -24,6 +26,8 @@ struct RmsNormArgs {
 // One group per team: a warp (kWarpTeam; the block holds several groups) or the whole block.
 template <int W, int kChunks, bool kWarpTeam>
 __global__ void __launch_bounds__(kWarpTeam ? 32 * kGroupsPerBlock : 1024) rmsnorm_kernel(RmsNormArgs a) {
+  pdl_trigger();
+  pdl_wait();  // x and delta come from the previous kernels
   const int team = kWarpTeam ? 32 : int(blockDim.x);
   const int rank = kWarpTeam ? int(threadIdx.x & 31) : int(threadIdx.x);
   const int64_t group = kWarpTeam ? int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5) : int64_t(blockIdx.x);
@@ -56,10 +60,12 @@ void launch(const RmsNormArgs& a, cudaStream_t stream) {
   static_assert(32 * W * kChunks == kWarpGroupMaxDim && 1024 * W * kChunks == kRmsNormMaxDim);
   if (a.dim <= kWarpGroupMaxDim) {
     const int64_t warps = a.groups < kGroupsPerBlock ? a.groups : kGroupsPerBlock;
-    rmsnorm_kernel<W, kChunks, true><<<unsigned((a.groups + warps - 1) / warps), unsigned(32 * warps), 0, stream>>>(a);
+    launch_dependent_kernel<rmsnorm_kernel<W, kChunks, true>>(unsigned((a.groups + warps - 1) / warps),
+                                                              unsigned(32 * warps), 0, 1, stream, a);
   } else {
     const int64_t members = ((a.dim + W - 1) / W + kChunks - 1) / kChunks;
-    rmsnorm_kernel<W, kChunks, false><<<unsigned(a.groups), unsigned((members + 31) / 32 * 32), 0, stream>>>(a);
+    launch_dependent_kernel<rmsnorm_kernel<W, kChunks, false>>(unsigned(a.groups), unsigned((members + 31) / 32 * 32),
+                                                               0, 1, stream, a);
   }
 }
 

@@ -7,7 +7,6 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/w2_mma.cuh"
 
 namespace moet::cuda {
 namespace {

@@ -1,7 +1,6 @@
 // Device building blocks of the W2 tensor-core expert kernels (moe_w2.cu) and of the tile
 // conversion (w2_tiles.cu): where each code of a tile chunk sits (w2_tiles.h), its decoding into
-// BF16 MMA fragments, the three-term BF16 split of FP32 activations, the m16n8k16 MMA, and the
-// programmatic-dependent-launch controls (no-ops before sm_90).
+// BF16 MMA fragments, the three-term BF16 split of FP32 activations and the m16n8k16 MMA.
 //
 // Activations keep FP32 accuracy: x = hi + mid + lo with hi = bf16(x), mid = bf16(x - hi),
 // lo = bf16(x - hi - mid) is exact (24 significand bits in three 8-bit pieces), each W2 weight
@@ -77,18 +76,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       "{%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Programmatic dependent launch: wait for the previous kernel's memory; let the next one start.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
 }
 
 }  // namespace moet::cuda
