@@ -4,64 +4,58 @@
 //            passes of at most 2P items (the MMA's eight columns hold two items' three terms, P
 //            such pairs per pass); the other blocks split each x row into three BF16 terms in the
 //            B-fragment layout and clear the tile counters;
-//   gate_up, down: persistent kernels. Their work, the units of (pass, group of 4 16-row tiles,
-//            128-column chunk) in that order, is cut into one contiguous range per block of the
-//            grid (equal sizes: no tail wave). A unit's four 576-byte records lie side by side and
-//            a pass's units follow each other in memory, so a block streams one contiguous region
-//            per pass, like a copy: its producer warp fills a ring of shared-memory stages of one
-//            unit per consumer warp (stage_pipe.cuh: bulk asynchronous copies on sm_90), and
-//            consumer warp w takes unit w of each stage: decodes the four tiles' codes into A
-//            fragments and runs two MMAs per tile, scale block and item pair (the four tiles
-//            share each load of the activations), each block's sum scaled into FP32
-//            accumulators. When a group's last unit has been read, the consumer warps leave their
-//            accumulators in shared memory and warp t adds tile t's in warp order; a group wholly
-//            inside the block's range is written out, one shared with neighbouring blocks gets
-//            each block's sums in a scratch slot, and the block that finishes last (a per-tile
-//            counter) adds them in block order and writes it. gate_up ends with SiLU-and-mul,
-//            written already split for down; down writes each item's output rows for moe.cu's
-//            fixed-order combine, its producer filling the first stages before the block waits
-//            for gate_up.
-// Every sum has a fixed order (chunks ascending within a warp, warps then blocks ascending within
-// a tile, then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
+//   gate_up, down: persistent kernels. Their work, the units of (pass, block of R 16-row tiles,
+//            128-column chunk) in that order, is cut into one contiguous range per warp of the
+//            grid (equal sizes: no tail wave). A warp streams its units' codes and scales from
+//            memory into a ring of registers kDepth units deep, decodes them into A fragments and
+//            runs two MMAs per tile, scale block and item pair (the R tiles share each load of the
+//            activations, fetched a unit ahead at batch <= 2), each block's sum scaled into FP32
+//            accumulators. A tile block that one warp covers alone is written out by that warp;
+//            one shared by several warps gets each one's partial sums in a scratch slot, and the
+//            warp that finishes last (a per-block counter) adds them in warp order and writes it.
+//            gate_up ends with SiLU-and-mul, written already split for down; down writes each
+//            item's output rows for moe.cu's fixed-order combine, its first units fetched before
+//            it waits for gate_up.
+// Every sum has a fixed order (chunks ascending within a warp, warps ascending within a tile,
+// then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
 #include "kernels/cuda/moe_w2.h"
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
-#include "kernels/cuda/stage_pipe.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/w2_tiles.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 namespace moet::cuda {
 namespace {
 
 // Tuning of the product kernels. The MOET_W2_* macros exist so that variants can be built with
-// -D for measurement (docs/gpu.md); the defaults are the fastest measured on the H200.
-#ifndef MOET_W2_CONSUMERS_P1
-#define MOET_W2_CONSUMERS_P1 8
+// -D for measurement (docs/gpu.md, run 4); the defaults are the fastest measured on the H200:
+// 2 or 4 tiles per warp and 12 to 20 warps per SM were within 4% of each other at batch 1, and
+// deeper rings (4 or 8 units per warp) were slower, even with the decode removed.
+constexpr int kWarpsPerBlock = 4;
+#ifndef MOET_W2_TILES_P1
+#define MOET_W2_TILES_P1 4
 #endif
 #ifndef MOET_W2_BLOCKS_P1
-#define MOET_W2_BLOCKS_P1 2
+#define MOET_W2_BLOCKS_P1 3
 #endif
-#ifndef MOET_W2_MAX_STAGES
-#define MOET_W2_MAX_STAGES 8
+#ifndef MOET_W2_DEPTH
+#define MOET_W2_DEPTH 2
 #endif
-constexpr int kTiles = int(kW2TileBlock);                     // tiles per unit
-constexpr int64_t kUnitBytes = kW2TileBlock * kW2RecordBytes;  // one chunk of a unit's tiles
-// Consumer warps per block (one unit each per stage; fewer with more item pairs, whose
-// accumulators take more shared memory to add up).
+// Tiles a warp streams side by side, sharing their activation loads (fewer with more item pairs:
+// registers run short).
 template <int P>
-constexpr int kConsumers = P == 1 ? MOET_W2_CONSUMERS_P1 : 4;
-// Blocks per SM the product kernels are sized for (registers and shared memory).
+constexpr int kTileBlock = P == 1 ? MOET_W2_TILES_P1 : P == 2 ? 4 : 2;
+// Blocks per SM the product kernels are compiled for (registers: about 168, 240 and 235 per thread).
 template <int P>
-constexpr int kBlocksPerSm = P == 1 ? MOET_W2_BLOCKS_P1 : 1;
-constexpr int kMaxStages = MOET_W2_MAX_STAGES;
+constexpr int kMinBlocksPerSm = P == 1 ? MOET_W2_BLOCKS_P1 : 2;
+constexpr int kDepth = MOET_W2_DEPTH;    // units (a tile block's chunk) in flight per warp
 constexpr int kPrepareThreads = 256;
-constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one tile and item pair
-// Floats of one set of every consumer warp's accumulators (the shared memory they are added in).
-template <int P>
-constexpr int64_t kGroupSumFloats = int64_t(kConsumers<P>) * kTiles * P * kPairFloats;
+constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one item pair
 
 // Tiles per pass and chunks per tile of the gate_up (true) or down product.
 struct ProductShape {
@@ -123,6 +117,20 @@ __device__ __forceinline__ float scale_of(uint32_t bytes, int q) {
   return __uint_as_float(((bytes >> (8 * q)) & 0xFFu) << 23);
 }
 
+// Streamed once: not kept in L1 (which holds the activations).
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 load_streaming(const uint2* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // Columns: lane c holds 2c and 2c + 1. Item pair (first, second) = columns (0, 1, 2) and
 // (3, 4, 5), each (hi + mid) + lo; lane c = 0 ends with the first's rows g and g + 8, c = 1 with
 // the second's. gate_up: SiLU(gate) * up, stored split for down; down: the item's output rows.
@@ -152,7 +160,7 @@ __device__ __forceinline__ void write_outputs(const MoeArgs& a, const float (&ac
   }
 }
 
-// The split of the flat unit range [0, units) into `workers` contiguous ranges, worker w taking
+// The split of the flat chunk range [0, units) into `workers` contiguous ranges, worker w taking
 // [start(w), start(w + 1)); units >= workers, so none is empty.
 struct Partition {
   int64_t units, workers;
@@ -160,344 +168,258 @@ struct Partition {
   __device__ __forceinline__ int64_t worker_of(int64_t u) const { return ((u + 1) * workers + units - 1) / units - 1; }
 };
 
-// The B fragments of scale block q of one chunk for P item pairs (xs[p] points at the pair's
-// chunk 0).
-template <int P>
-__device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], int chunk, int q, uint4 (&xv)[P]) {
-#pragma unroll
-  for (int p = 0; p < P; ++p) xv[p] = __ldg(xs[p] + chunk * 16 + q * 4);
-}
-
-// Activations of a whole chunk are loaded before the unit's codes arrive; with four item pairs
-// (registers run short) each scale block's are loaded when it is multiplied.
-template <int P>
-constexpr int kEarlyBlocks = P <= 2 ? 4 : 0;
-
-// Adds one unit (the four tiles' records of one chunk at `unit`) into acc: word q of a lane's
-// codes is scale block q (k-steps 2q and 2q + 1); x[q] holds block q's B fragments for q <
-// kEarlyBlocks, the others are loaded here.
-template <int P>
-__device__ __forceinline__ void multiply_unit(const uint8_t* unit, int lane, const uint4* const (&xs)[P], int chunk,
-                                              const uint4 (&x)[kEarlyBlocks<P> > 0 ? kEarlyBlocks<P> : 1][P],
-                                              float (&acc)[kTiles][P][4]) {
-  uint4 code[kTiles];
-  uint2 scale[kTiles];
-#pragma unroll
-  for (int r = 0; r < kTiles; ++r) {
-    code[r] = *reinterpret_cast<const uint4*>(unit + r * kW2RecordBytes + lane * 16);
-    scale[r] = *reinterpret_cast<const uint2*>(unit + r * kW2RecordBytes + kW2ChunkCodeBytes + (lane >> 2) * 8);
-  }
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint4 xv[P];
-    if (q < kEarlyBlocks<P>) {
-#pragma unroll
-      for (int p = 0; p < P; ++p) xv[p] = x[q < kEarlyBlocks<P> ? q : 0][p];
-    } else {
-      load_activations<P>(xs, chunk, q, xv);
-    }
-#pragma unroll
-    for (int r = 0; r < kTiles; ++r) {
-      const uint32_t word = q == 0 ? code[r].x : q == 1 ? code[r].y : q == 2 ? code[r].z : code[r].w;
-      uint32_t frag[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) frag[j] = w2_decode(word, j);
-      const float top = scale_of(scale[r].x, q), bottom = scale_of(scale[r].y, q);
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_bf16_16816(d, frag[0], frag[1], frag[2], frag[3], xv[p].x, xv[p].y);
-        mma_bf16_16816(d, frag[4], frag[5], frag[6], frag[7], xv[p].z, xv[p].w);
-        acc[r][p][0] = fmaf(d[0], top, acc[r][p][0]);
-        acc[r][p][1] = fmaf(d[1], top, acc[r][p][1]);
-        acc[r][p][2] = fmaf(d[2], bottom, acc[r][p][2]);
-        acc[r][p][3] = fmaf(d[3], bottom, acc[r][p][3]);
-      }
-    }
-  }
-}
-
-// A block's share of one product: units [u0, u1) of the flat (pass, group, chunk) range.
-struct BlockWork {
-  Partition part;
-  int64_t u0, u1, per_pass;  // per_pass = groups * chunks
-  int chunks, groups, tiles;
+// One unit of work in flight: one chunk of the R tiles of a block, a lane's share.
+template <int R>
+struct Unit {
+  uint4 codes[R];
+  uint2 scales[R];
 };
 
-// Where a product block's parts sit in its dynamic shared memory: the ring of stages (one unit per
-// consumer warp each), two sets of group sums (alternating by group), then the full and empty
-// barriers.
-struct ProductLayout {
-  int stages;
-  int64_t stage_bytes, sums_bytes;
-  __host__ __device__ int64_t bytes() const { return stages * stage_bytes + 2 * sums_bytes + 2 * kMaxStages * 8; }
-};
-template <int P>
-__host__ __device__ ProductLayout product_layout(int stages) {
-  return {stages, kConsumers<P> * kUnitBytes, kGroupSumFloats<P> * int64_t(sizeof(float))};
-}
+// A warp's read-ahead over its unit range: where the next unit to fetch lies. The records of a
+// unit's tiles sit side by side (w2_tiles.h), one chunk's records kW2TileBlock apart.
+template <bool kGateUp, int R>
+struct UnitFetcher {
+  const uint8_t* plane;  // the pass's record plane, at this lane's code bytes
+  int64_t record;        // the next unit's first record
+  int block, chunk, blocks, chunks, left, pass, g;
 
-// The consumer warps of a block meet (named barrier 1; the producer warp takes no part).
-template <int P>
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;" ::"r"(kConsumers<P> * 32) : "memory");
-}
-
-// The producer warp: fills the stages with the block's units in order, one piece per pass the
-// stage touches (a pass's units are contiguous in its expert's plane).
-template <bool kGateUp, int P>
-__device__ __forceinline__ void produce(const MoeArgs& a, const BlockWork& w, int stages, uint8_t* ring, uint64_t* full,
-                        uint64_t* empty, int lane) {
-  constexpr int64_t kStageUnits = kConsumers<P>;
-  int slot = 0;
-  uint32_t phase = 0;  // parity of the slot's current use
-  for (int64_t first = w.u0; first < w.u1; first += kStageUnits) {
-    if (first - w.u0 >= stages * kStageUnits) stage_wait(empty + slot, phase ^ 1);  // its last use released
-    const int64_t count = min(kStageUnits, w.u1 - first);
-    uint8_t* stage = ring + slot * kStageUnits * kUnitBytes;
-    stage_fill_begin(full + slot, uint32_t(count * kUnitBytes), lane);
-    for (int64_t u = first; u < first + count;) {
-      const int64_t pass = u / w.per_pass, offset = u % w.per_pass;
-      const int64_t piece = min(first + count - u, w.per_pass - offset);
-      const ExpertPointers& e = a.passes[pass].expert;
-      const uint8_t* plane = static_cast<const uint8_t*>(kGateUp ? e.gate_up : e.down);
-      stage_fill_piece(stage + (u - first) * kUnitBytes, plane + offset * kUnitBytes, uint32_t(piece * kUnitBytes),
-                       full + slot, lane);
-      u += piece;
-    }
-    stage_fill_end(full + slot, lane);
-    if (++slot == stages) {
-      slot = 0;
-      phase ^= 1;
-    }
+  __device__ __forceinline__ void point_at_block() {
+    record = w2_record(int64_t(block) * R, chunk, chunks);
   }
-}
+  __device__ __forceinline__ void point_at_pass(const MoeArgs& a, int lane) {
+    const ExpertPointers& e = a.passes[pass].expert;
+    plane = static_cast<const uint8_t*>(kGateUp ? e.gate_up : e.down) + lane * 16;
+  }
+  __device__ __forceinline__ void next(const MoeArgs& a, int lane, Unit<R>& unit) {
+    if (left == 0) return;
+    const uint8_t* at = plane + record * kW2RecordBytes;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      unit.codes[r] = load_streaming(reinterpret_cast<const uint4*>(at + r * kW2RecordBytes));
+      unit.scales[r] = load_streaming(
+          reinterpret_cast<const uint2*>(at + r * kW2RecordBytes + kW2ChunkCodeBytes - lane * 16 + g * 8));
+    }
+    if (--left == 0) return;
+    record += kW2TileBlock;
+    if (++chunk < chunks) return;
+    chunk = 0;
+    if (++block == blocks) {
+      block = 0;
+      ++pass;
+      point_at_pass(a, lane);
+    }
+    point_at_block();
+  }
+};
 
-// The group is shared with neighbouring blocks: leaves this block's sums of tile r in its scratch
-// slot (slot 0 for the block's first group, 1 for its last; a block shares at most those two).
-// True, with every block's sums added in block order in `total`, for the block that finishes last
-// (a per-tile counter).
-template <bool kGateUp, int P>
-__device__ __forceinline__ bool merge_blocks(const MoeArgs& a, const BlockWork& w, int64_t group, int r, float (&total)[P][4],
-                             int lane) {
-  constexpr int64_t kSlotFloats = kTiles * P * kPairFloats;
-  auto slot_of = [&](int64_t b) {
-    return (b * 2 + (w.part.start(b) / w.chunks == group ? 0 : 1)) * kSlotFloats + r * P * kPairFloats + lane;
-  };
-  float* own = a.partial + slot_of(blockIdx.x);
+// The B fragments of one chunk for P item pairs (xs[p] points at the pair's chunk 0).
+template <int P>
+__device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], int chunk, uint4 (&xv)[P][4]) {
 #pragma unroll
   for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) own[(p * 4 + i) * 32] = total[p][i];
+    for (int q = 0; q < 4; ++q) xv[p][q] = __ldg(xs[p] + chunk * 16 + q * 4);
+}
+
+// Adds one chunk's products into acc: word q of the lane's codes is scale block q (k-steps 2q and
+// 2q + 1).
+template <int P>
+__device__ __forceinline__ void multiply_chunk(const uint4& code, const uint2& scale, const uint4 (&xv)[P][4],
+                                               float (&acc)[P][4]) {
+  const uint32_t words[4] = {code.x, code.y, code.z, code.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t frag[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j);
+    const float top = scale_of(scale.x, q), bottom = scale_of(scale.y, q);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_bf16_16816(d, frag[0], frag[1], frag[2], frag[3], xv[p][q].x, xv[p][q].y);
+      mma_bf16_16816(d, frag[4], frag[5], frag[6], frag[7], xv[p][q].z, xv[p][q].w);
+      acc[p][0] = fmaf(d[0], top, acc[p][0]);
+      acc[p][1] = fmaf(d[1], top, acc[p][1]);
+      acc[p][2] = fmaf(d[2], bottom, acc[p][2]);
+      acc[p][3] = fmaf(d[3], bottom, acc[p][3]);
+    }
+  }
+}
+
+template <bool kGateUp, int P, int R>
+__device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)[R][P][4], int block, int tiles,
+                                            const W2Pass& ps, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (block * R + r < tiles) write_outputs<kGateUp, P>(a, acc[r], block * R + r, ps.first, ps.end, lane >> 2, lane & 3);
+}
+
+// The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
+// block): writes the block if the warp covered it alone, else leaves its partial sums and, if it
+// is the block's last warp to finish, adds every warp's partial sums in warp order and writes it.
+template <bool kGateUp, int P, int R>
+__device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& part, int64_t warp, int64_t u0,
+                                             int64_t u1, int chunks, int64_t block_id, int block, int tiles,
+                                             const W2Pass& ps, float (&acc)[R][P][4], int lane) {
+  const int64_t begin = block_id * chunks, end = begin + chunks;
+  if (begin >= u0 && end <= u1) {
+    write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
+    return;
+  }
+  // Slot 0 holds a warp's first block, slot 1 its last (a warp shares at most those two).
+  constexpr int64_t kSlotFloats = R * P * kPairFloats;
+  auto slot_of = [&](int64_t w) { return (w * 2 + (part.start(w) / chunks == block_id ? 0 : 1)) * kSlotFloats; };
+  float* own = a.partial + slot_of(warp) + lane;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) own[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
   __threadfence();
-  const int64_t first = w.part.worker_of(group * w.chunks), last = w.part.worker_of((group + 1) * w.chunks - 1);
+  const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
-  if (lane == 0) done = atomicAdd(a.tile_done + (kGateUp ? 0 : a.tile_counters / 2) + group * kTiles + r, 1u);
+  const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
+  if (lane == 0) done = atomicAdd(a.tile_done + counter, 1u);
   done = __shfl_sync(0xffffffffu, done, 0);
-  if (done != uint32_t(last - first)) return false;
+  if (done != uint32_t(last - first)) return;
   __threadfence();
-  for (int64_t b = first; b <= last; ++b) {
-    const float* theirs = a.partial + slot_of(b);
+  for (int64_t w = first; w <= last; ++w) {
+    const float* theirs = a.partial + slot_of(w) + lane;
 #pragma unroll
-    for (int p = 0; p < P; ++p)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float v = __ldcg(theirs + (p * 4 + i) * 32);
-        total[p][i] = b == first ? v : total[p][i] + v;
-      }
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float v = __ldcg(theirs + ((r * P + p) * 4 + i) * 32);
+          acc[r][p][i] = w == first ? v : acc[r][p][i] + v;
+        }
   }
-  return true;
+  write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
 }
 
-// Every consumer warp has read its last unit of `group` (flat: pass * groups + group): the warps
-// leave their accumulators in `sums`, warp r < kTiles adds tile r's in warp order and writes the
-// tile out (after merging with the neighbouring blocks' sums if the group is shared).
-template <bool kGateUp, int P>
-__device__ __forceinline__ void finish_group(const MoeArgs& a, const BlockWork& w, int64_t group, const float (&acc)[kTiles][P][4],
-                             float* sums, int warp, int lane) {
-  float* mine = sums + int64_t(warp) * kTiles * P * kPairFloats + lane;
-#pragma unroll
-  for (int r = 0; r < kTiles; ++r)
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) mine[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
-  consumers_sync<P>();
-  const int r = warp;
-  const int64_t tile = (group % w.groups) * kTiles + r;
-  if (r >= kTiles || tile >= w.tiles) return;
-  float total[P][4];
-  for (int v = 0; v < kConsumers<P>; ++v) {
-    const float* theirs = sums + (int64_t(v) * kTiles + r) * P * kPairFloats + lane;
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) total[p][i] = v == 0 ? theirs[(p * 4 + i) * 32] : total[p][i] + theirs[(p * 4 + i) * 32];
-  }
-  const bool shared = group * w.chunks < w.u0 || (group + 1) * w.chunks > w.u1;
-  if (shared && !merge_blocks<kGateUp, P>(a, w, group, r, total, lane)) return;
-  const W2Pass& ps = a.passes[group / w.groups];
-  write_outputs<kGateUp, P>(a, total, tile, ps.first, ps.end, lane >> 2, lane & 3);
+// f(slot 0), f(slot 1), ... (slots as compile-time constants) until one returns true.
+template <int... S, typename F>
+__device__ __forceinline__ bool in_slot_order(std::integer_sequence<int, S...>, F&& f) {
+  return (f(std::integral_constant<int, S>{}) || ...);
 }
 
-// Finishes the groups from `group` (acc's) up to `next`, leaving acc cleared for group `next`.
 template <bool kGateUp, int P>
-__device__ __forceinline__ void finish_groups_until(const MoeArgs& a, const BlockWork& w, int64_t next, int64_t& group,
-                                                    float (&acc)[kTiles][P][4], float* sums, int warp, int lane) {
-  for (; group < next; ++group) {
-    finish_group<kGateUp, P>(a, w, group, acc, sums + (group & 1) * kGroupSumFloats<P>, warp, lane);
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_product_kernel(MoeArgs a) {
+  if (kGateUp) pdl_wait();  // grouping, passes, the split x and clear counters come from prepare
+  pdl_trigger();
+  constexpr int R = kTileBlock<P>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const ProductShape shape = product_shape(a, kGateUp);
+  const int tiles = int(shape.tiles), chunks = int(shape.chunks), blocks = (tiles + R - 1) / R;
+  const int per_pass = blocks * chunks;
+  const int64_t units = int64_t(a.active_count[1]) * per_pass;
+  const int64_t launched = int64_t(gridDim.x) * kWarpsPerBlock;
+  const Partition part{units, units < launched ? units : launched};
+  const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (warp >= part.workers) return;
+  const int64_t u0 = part.start(warp), u1 = part.start(warp + 1);
+  const int count = int(u1 - u0);  // a few hundred units at most per warp
+  int pass = int(u0 / per_pass), block = int(u0 % per_pass) / chunks, chunk = int(u0 % chunks);
+
+  UnitFetcher<kGateUp, R> fetcher{nullptr, 0, block, chunk, blocks, chunks, count, pass, g};
+  fetcher.point_at_pass(a, lane);
+  fetcher.point_at_block();
+  Unit<R> ring[kDepth];
 #pragma unroll
-    for (int r = 0; r < kTiles; ++r)
+  for (int s = 0; s < kDepth; ++s) fetcher.next(a, lane, ring[s]);
+  if (!kGateUp) pdl_wait();  // act comes from gate_up; the first units are already on their way
+
+  const uint16_t* split = kGateUp ? a.x_split : a.act_split;
+  const int64_t k_padded = kGateUp ? a.hidden_padded : a.inner_padded;
+  W2Pass ps{};
+  const uint4* xs[P];
+  auto enter_pass = [&] {
+    ps = a.passes[pass];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int first = min(ps.first + 2 * p, ps.end - 1), second = min(first + 1, ps.end - 1);
+      const int pos = g >= 3 && g < 6 ? second : first;
+      const int64_t row = kGateUp ? a.order[pos] / a.top_k : pos;
+      xs[p] = reinterpret_cast<const uint4*>(split + (row * 3 + g % 3) * k_padded) + c;
+    }
+  };
+  enter_pass();
+  // One pair's activations are fetched a unit ahead (double-buffered in registers); larger
+  // batches load theirs at the start of each unit (registers run short).
+  constexpr bool kPrefetchX = P == 1;
+  uint4 xv[2][P][4];
+  if (kPrefetchX) load_activations<P>(xs, chunk, xv[0]);
+  float acc[R][P][4] = {};
+
+  int left = count;
+  // One unit: multiply, refill its ring slot, finish the block at its end. True when done.
+  auto step = [&](Unit<R>& unit, uint4 (&x_now)[P][4], uint4 (&x_next)[P][4]) {
+    if (!kPrefetchX) {
+      load_activations<P>(xs, chunk, x_now);
+    } else if (left > 1 && (chunk + 1 < chunks || block + 1 < blocks)) {  // the next unit, same pass
+      load_activations<P>(xs, chunk + 1 < chunks ? chunk + 1 : 0, x_next);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) multiply_chunk<P>(unit.codes[r], unit.scales[r], x_now, acc[r]);
+    fetcher.next(a, lane, unit);
+    --left;
+    if (++chunk < chunks && left > 0) return false;
+    finish_block<kGateUp, P, R>(a, part, warp, u0, u1, chunks, int64_t(pass) * blocks + block, block, tiles, ps, acc,
+                                lane);
+    if (left == 0) return true;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int p = 0; p < P; ++p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[r][p][i] = 0.0f;
-  }
-}
-
-// Points xs at the B fragments (chunk 0) of pass `pass`'s item pairs: lane column g takes term
-// g % 3 of the pair's first item (g < 3, or g >= 6: unused columns) or second item (3 <= g < 6).
-template <bool kGateUp, int P>
-__device__ __forceinline__ void point_activations(const MoeArgs& a, int64_t pass, int lane, const uint4* (&xs)[P]) {
-  const uint16_t* split = kGateUp ? a.x_split : a.act_split;
-  const int64_t k_padded = kGateUp ? a.hidden_padded : a.inner_padded;
-  const int g = lane >> 2;
-  const W2Pass& ps = a.passes[pass];
-#pragma unroll
-  for (int p = 0; p < P; ++p) {
-    const int first = min(ps.first + 2 * p, ps.end - 1), second = min(first + 1, ps.end - 1);
-    const int pos = g >= 3 && g < 6 ? second : first;
-    const int64_t row = kGateUp ? a.order[pos] / a.top_k : pos;
-    xs[p] = reinterpret_cast<const uint4*>(split + (row * 3 + g % 3) * k_padded) + (lane & 3);
-  }
-}
-
-// Consumer warp `warp`: unit `warp` of each stage, accumulating group by group; at the end of
-// every group (known to all warps alike from the range) the warps finish it together.
-template <bool kGateUp, int P>
-__device__ __forceinline__ void consume(const MoeArgs& a, const BlockWork& w, int stages, const uint8_t* ring, float* sums,
-                        uint64_t* full, uint64_t* empty, int warp, int lane) {
-  constexpr int kStageUnits = kConsumers<P>;
-  const int64_t total = w.u1 - w.u0;
-  float acc[kTiles][P][4] = {};
-  int64_t group = w.u0 / w.chunks;  // the group acc belongs to
-  int64_t xs_pass = -1;
-  const uint4* xs[P];
-  int slot = 0;
-  uint32_t phase = 0;
-  for (int64_t first = 0; first < total; first += kStageUnits) {
-    const int64_t j = first + warp;
-    if (j < total) {
-      const int64_t u = w.u0 + j, pass = u / w.per_pass;
-      finish_groups_until<kGateUp, P>(a, w, u / w.chunks, group, acc, sums, warp, lane);
-      if (pass != xs_pass) {
-        point_activations<kGateUp, P>(a, pass, lane, xs);
-        xs_pass = pass;
-      }
-      const int chunk = int(u % w.chunks);
-      uint4 x[kEarlyBlocks<P> > 0 ? kEarlyBlocks<P> : 1][P];
-#pragma unroll
-      for (int q = 0; q < kEarlyBlocks<P>; ++q) load_activations<P>(xs, chunk, q, x[q]);
-      stage_wait(full + slot, phase);
-      multiply_unit<P>(ring + (int64_t(slot) * kStageUnits + warp) * kUnitBytes, lane, xs, chunk, x, acc);
-    } else {
-      stage_wait(full + slot, phase);  // released only once filled: arrivals stay in their phase
+    chunk = 0;
+    if (++block == blocks) {
+      block = 0;
+      ++pass;
+      enter_pass();
+      if (kPrefetchX) load_activations<P>(xs, 0, x_next);
     }
-    stage_release(empty + slot, lane);
-    const int64_t last = min(first + kStageUnits, total) - 1, u_last = w.u0 + last;
-    const int64_t next = u_last / w.chunks + (u_last % w.chunks == w.chunks - 1 || last == total - 1 ? 1 : 0);
-    finish_groups_until<kGateUp, P>(a, w, next, group, acc, sums, warp, lane);
-    if (++slot == stages) {
-      slot = 0;
-      phase ^= 1;
-    }
+    return false;
+  };
+  // The ring's slots in turn (indices known at compile time, so the ring stays in registers); the
+  // activation buffers alternate, hence an even depth.
+  static_assert(kDepth % 2 == 0, "the activation buffers alternate with the ring slots");
+  auto slot_step = [&](auto slot) {
+    constexpr int s = decltype(slot)::value;
+    return step(ring[s], xv[kPrefetchX ? s % 2 : 0], xv[kPrefetchX ? (s + 1) % 2 : 0]);
+  };
+  while (!in_slot_order(std::make_integer_sequence<int, kDepth>{}, slot_step)) {
   }
 }
 
+// Warps in the grid of one product kernel: every SM filled to the kernel's occupancy.
 template <bool kGateUp, int P>
-__global__ void __launch_bounds__((kConsumers<P> + 1) * 32, kBlocksPerSm<P>) w2_product_kernel(MoeArgs a, int stages) {
-  if (kGateUp) pdl_wait();  // grouping, passes, the split x and cleared counters come from prepare
-  pdl_trigger();
-  extern __shared__ __align__(128) uint8_t shared[];
-  const ProductShape shape = product_shape(a, kGateUp);
-  BlockWork w{};
-  w.chunks = int(shape.chunks);
-  w.tiles = int(shape.tiles);
-  w.groups = (w.tiles + kTiles - 1) / kTiles;
-  w.per_pass = int64_t(w.groups) * w.chunks;
-  const int64_t units = int64_t(a.active_count[1]) * w.per_pass;
-  if (int64_t(blockIdx.x) >= units) {  // also no work at all
-    pdl_wait();  // every thread waits (launch.cuh), so the next kernel's wait covers the previous
-    return;
-  }
-  w.part = {units, min(units, int64_t(gridDim.x))};
-  w.u0 = w.part.start(blockIdx.x);
-  w.u1 = w.part.start(blockIdx.x + 1);
-  const ProductLayout layout = product_layout<P>(stages);
-  uint8_t* ring = shared;
-  float* sums = reinterpret_cast<float*>(shared + layout.stages * layout.stage_bytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(sums + 2 * kGroupSumFloats<P>);
-  uint64_t* empty = full + kMaxStages;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) stage_barriers_init(full, empty, stages, kConsumers<P>);
-  __syncthreads();
-  if (warp == kConsumers<P>) {  // the producer: weights only, so down's starts before gate_up ends
-    produce<kGateUp, P>(a, w, stages, ring, full, empty, lane);
-    pdl_wait();
-    return;
-  }
-  if (!kGateUp) pdl_wait();  // act comes from gate_up
-  consume<kGateUp, P>(a, w, stages, ring, sums, full, empty, warp, lane);
-}
-
-// A product kernel's grid: every SM filled to kBlocksPerSm blocks (one if their shared memory
-// does not fit), each with as many stages as its share of the SM's shared memory holds.
-struct ProductLaunch {
-  int64_t blocks;
-  int stages;
-  size_t shared;
-};
-template <bool kGateUp, int P>
-const ProductLaunch& product_launch() {
-  static const ProductLaunch launch = [] {
-    int device = 0, sms = 0, per_sm = 0, per_block = 0;
+int64_t product_warps() {
+  static const int64_t warps = [] {
+    int device = 0, sms = 0, blocks = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    const ProductLayout no_ring = product_layout<P>(0);
-    auto stages_in = [&](int64_t budget) {
-      return int(std::min<int64_t>(kMaxStages, (budget - no_ring.bytes()) / no_ring.stage_bytes));
-    };
-    int stages = stages_in(std::min<int64_t>(per_block, per_sm / kBlocksPerSm<P> - 1024));
-    if (stages < 2) stages = stages_in(per_block);
-    const size_t shared = size_t(product_layout<P>(stages).bytes());
-    cudaFuncSetAttribute(w2_product_kernel<kGateUp, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w2_product_kernel<kGateUp, P>, (kConsumers<P> + 1) * 32,
-                                                  shared);
-    return ProductLaunch{int64_t(sms) * std::max(blocks, 1), stages, shared};
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w2_product_kernel<kGateUp, P>, kWarpsPerBlock * 32, 0);
+    return int64_t(sms) * (blocks > 0 ? blocks : 1) * kWarpsPerBlock;
   }();
-  return launch;
+  return warps;
 }
 
 template <int P>
 int64_t partial_floats() {
-  const int64_t blocks = std::max(product_launch<true, P>().blocks, product_launch<false, P>().blocks);
-  return blocks * 2 * kTiles * P * kPairFloats;
-}
-
-template <bool kGateUp, int P>
-void launch_product(const MoeArgs& a, cudaStream_t stream) {
-  const ProductLaunch& l = product_launch<kGateUp, P>();
-  launch_dependent_kernel<w2_product_kernel<kGateUp, P>>(dim3(unsigned(l.blocks)), dim3((kConsumers<P> + 1) * 32),
-                                                         l.shared, 1, stream, a, l.stages);
+  const int64_t warps = std::max(product_warps<true, P>(), product_warps<false, P>());
+  return warps * 2 * kTileBlock<P> * P * kPairFloats;
 }
 
 template <int P>
 void w2_products(const MoeArgs& a, cudaStream_t stream) {
-  launch_product<true, P>(a, stream);
-  launch_product<false, P>(a, stream);
+  launch_dependent_kernel<w2_product_kernel<true, P>>(dim3(unsigned(product_warps<true, P>() / kWarpsPerBlock)),
+                                                      dim3(kWarpsPerBlock * 32), 0, 1, stream, a);
+  launch_dependent_kernel<w2_product_kernel<false, P>>(dim3(unsigned(product_warps<false, P>() / kWarpsPerBlock)),
+                                                       dim3(kWarpsPerBlock * 32), 0, 1, stream, a);
 }
 
 // Item pairs per pass: the batch rounded up to a power of two pairs (at most 4); an expert gets
@@ -510,8 +432,8 @@ W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t h
   const int64_t items = rows * top_k, pairs = pairs_per_pass(rows);
   const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;
   const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
-  const int64_t groups = (std::max(inner / 8, hidden / kW2TileRows) + kTiles - 1) / kTiles;
-  return {passes, 2 * passes * groups * kTiles, partial, int(2 * pairs)};  // a counter per tile
+  const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
+  return {passes, 2 * passes * blocks, partial, int(2 * pairs)};
 }
 
 void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
