@@ -1,5 +1,6 @@
 // Routed experts stored as W2 on tensor cores (moe.h; layout in w2_tiles.h, building blocks in
-// w2_mma.cuh). Three launches chained by programmatic dependent launch, then moe.cu's combine:
+// w2_mma.cuh). Three launches chained by programmatic dependent launch (like every kernel of a
+// step, launch.cuh), then moe.cu's combine:
 //   prepare: block 0 groups the items by expert (moe_group.cuh) and cuts each expert's items into
 //            passes of at most 2P items (the MMA's eight columns hold two items' three terms, P
 //            such pairs per pass); the other blocks split each x row into three BF16 terms in the
@@ -99,6 +100,7 @@ __device__ void cut_passes(const MoeArgs& a, int32_t* shared) {
 
 __global__ void w2_prepare_kernel(MoeArgs a) {
   pdl_trigger();
+  pdl_wait();  // the previous layer's kernels still read the scratch this one rewrites
   if (blockIdx.x == 0) {
     extern __shared__ int32_t count[];
     moe_group_block(a, count);
@@ -440,8 +442,10 @@ void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
   if (a.inner % kW2ChunkCols != 0)  // padding columns of act must read as zero
     cudaMemsetAsync(a.act_split, 0, size_t(a.rows * a.top_k * 3 * a.inner_padded) * sizeof(uint16_t), stream);
   const int64_t split_threads = std::max(a.rows * a.hidden_padded, a.tile_counters);
-  w2_prepare_kernel<<<unsigned(1 + (split_threads + kPrepareThreads - 1) / kPrepareThreads), kPrepareThreads,
-                      size_t(moe_group_shared_ints(a.experts, kPrepareThreads)) * sizeof(int32_t), stream>>>(a);
+  launch_dependent_kernel<w2_prepare_kernel>(dim3(unsigned(1 + (split_threads + kPrepareThreads - 1) / kPrepareThreads)),
+                                             dim3(kPrepareThreads),
+                                             size_t(moe_group_shared_ints(a.experts, kPrepareThreads)) * sizeof(int32_t),
+                                             1, stream, a);
   switch (a.pass_items) {
     case 2: w2_products<1>(a, stream); break;
     case 4: w2_products<2>(a, stream); break;
