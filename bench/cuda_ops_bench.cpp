@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -35,21 +34,9 @@ struct Bench {
   double copy_gbs;
   int64_t next_key = 0;
 
-  // Seconds per call of op(i), i = 0..kCalls-1 captured into one graph (keyed by a fresh key).
   template <typename Op>
   double seconds_per_call(const Tensor& out, Op&& op) {
-    const GraphKey key{{next_key++}};
-    const auto body = [&] {
-      for (int i = 0; i < kCalls; ++i) op(i);
-      return out;
-    };
-    std::vector<uint8_t> sink(out.bytes());
-    backend.run_graph(key, body);  // capture and first replay
-    backend.to_host(out, sink.data());
-    const auto start = std::chrono::steady_clock::now();
-    for (int r = 0; r < kReplays; ++r) backend.run_graph(key, body);
-    backend.to_host(out, sink.data());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (kReplays * kCalls);
+    return graph_seconds_per_call(backend, next_key++, out, kCalls, kReplays, op);
   }
 
   nlohmann::json report(const std::string& what, int64_t batch, double seconds, double bytes) {
