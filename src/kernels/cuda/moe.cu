@@ -79,37 +79,54 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
   }
 }
 
-constexpr int kCombineMaxTopK = 16;  // slots ordered in registers; more take a second pass
-
-// out[row] = sum over the row's items in ascending expert order of weight * y_item. The order is
-// found first (experts of a row are distinct), then every item's value is requested at once.
+// out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
+// named twice in a row counts once, its first slot). Warp 0 ranks the row's slots (a counted
+// slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
+// its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
 __global__ void moe_combine_kernel(MoeArgs a) {
+  extern __shared__ int32_t combine_shared[];
+  __shared__ int32_t counted;
   pdl_trigger();
   pdl_wait();  // the item outputs come from the down kernel
   const int64_t row = blockIdx.y;
+  const int top_k = int(a.top_k);
+  int32_t* ids = combine_shared;            // the row's experts
+  int32_t* counts = ids + top_k;            // 1: valid and the first slot naming its expert
+  int32_t* order = counts + top_k;          // items in ascending expert order
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    for (int s = lane; s < top_k; s += 32) ids[s] = a.expert_ids[row * top_k + s];
+    __syncwarp();
+    for (int s = lane; s < top_k; s += 32) {
+      bool first = ids[s] >= 0 && ids[s] < a.experts;
+      for (int t = 0; t < s && first; ++t) first = ids[t] != ids[s];
+      counts[s] = first;
+    }
+    __syncwarp();
+    int n = 0;
+    for (int s = lane; s < top_k; s += 32) {
+      if (!counts[s]) continue;
+      int rank = 0;
+      for (int t = 0; t < top_k; ++t) rank += counts[t] && ids[t] < ids[s];
+      order[rank] = int32_t(row * top_k + s);
+      ++n;
+    }
+    n = int(__reduce_add_sync(0xffffffffu, unsigned(n)));
+    if (lane == 0) counted = n;
+  }
+  __syncthreads();
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= a.hidden) return;
-  const int32_t* ids = a.expert_ids + row * a.top_k;
+  constexpr int kBatch = 8;  // item values requested together
   float sum = 0.0f;
-  int previous = -1;
-  for (bool more = true; more;) {
-    int64_t items[kCombineMaxTopK];
+  for (int first = 0; first < counted; first += kBatch) {
+    float y[kBatch];
 #pragma unroll
-    for (int i = 0; i < kCombineMaxTopK; ++i) {
-      int best = -1;
-      for (int64_t s = 0; s < a.top_k && more; ++s)
-        if (ids[s] > previous && ids[s] < a.experts && (best < 0 || ids[s] < ids[best])) best = int(s);
-      more = best >= 0;
-      items[i] = more ? row * a.top_k + best : -1;
-      if (more) previous = ids[best];
-    }
-    float y[kCombineMaxTopK];
+    for (int i = 0; i < kBatch; ++i)
+      if (first + i < counted) y[i] = a.item_out[int64_t(order[first + i]) * a.hidden + d];
 #pragma unroll
-    for (int i = 0; i < kCombineMaxTopK; ++i)
-      if (items[i] >= 0) y[i] = a.item_out[items[i] * a.hidden + d];
-#pragma unroll
-    for (int i = 0; i < kCombineMaxTopK; ++i)
-      if (items[i] >= 0) sum += a.weights[items[i]] * y[i];
+    for (int i = 0; i < kBatch; ++i)
+      if (first + i < counted) sum += a.weights[order[first + i]] * y[i];
   }
   a.out[row * a.hidden + d] = sum;
 }
@@ -249,8 +266,8 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
       moe_products<float>(a, max_active, stream);
     }
   }
-  launch_dependent_kernel<moe_combine_kernel>(dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), dim3(128), 0, 1,
-                                              stream, a);
+  launch_dependent_kernel<moe_combine_kernel>(dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), dim3(128),
+                                              size_t(3 * a.top_k) * sizeof(int32_t), 1, stream, a);
 }
 
 }  // namespace moet::cuda

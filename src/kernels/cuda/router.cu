@@ -1,6 +1,6 @@
 // Top-k routing (see router.h): one warp per row, no block barriers. Lane l holds experts
 // e = l + 32 i in registers; each of the top_k rounds takes every lane's best untaken expert and
-// a 5-level shuffle argmax (value, then lower index). Group scores (sum of a group's two best
+// the warp's argmax of those (value, then lower index) in two reduction instructions. Group scores (sum of a group's two best
 // choices, the CPU's order) are scanned by one lane per group from the warp's shared-memory copy
 // of the choices, and the kept groups found by the same argmax rounds.
 #include "kernels/cuda/router.h"
@@ -26,12 +26,16 @@ __device__ __forceinline__ Candidate better(Candidate a, Candidate b) {
   return (a.value > b.value || (a.value == b.value && a.index < b.index)) ? a : b;
 }
 
-// The warp's best candidate, in every lane (indices are distinct, so the tree's result is too).
+// The warp's best candidate, in every lane: the largest value, found as the largest
+// order-preserving integer key (one warp reduction instruction, sm_80+), then the lowest index
+// among the lanes holding it; -0 ranks as +0 (they compare equal). Indices are distinct, so the
+// result is the one better() would pick.
 __device__ __forceinline__ Candidate warp_best(Candidate c) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    c = better(c, {__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.index, offset)});
-  return c;
+  const uint32_t bits = __float_as_uint(c.value == 0.0f ? 0.0f : c.value);
+  const uint32_t key = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  const uint32_t best_key = __reduce_max_sync(0xffffffffu, key);
+  const uint32_t index = __reduce_min_sync(0xffffffffu, key == best_key ? uint32_t(c.index) : 0xffffffffu);
+  return {__uint_as_float((best_key & 0x80000000u) ? (best_key & 0x7fffffffu) : ~best_key), int(index)};
 }
 
 // The best of values[i] (index lane + 32 i, i < count) whose bit in `taken` is clear, over the warp;
