@@ -1,9 +1,10 @@
 // The W2 and MXFP4 routed-expert kernels against the CPU backend (kernels/cpu/w2_matmul.h) on
 // random codes and scales: every code value, scale bytes around 127 plus the subnormal byte 0,
-// batch sizes 1 to 20 (each rows-per-pass specialisation, and experts with more rows than one
-// pass), hidden/inner multiples of 32 that leave lanes idle (blocks per row not a multiple of
-// 32 or 64); plus run-to-run bit-identity. Results agree within FP32 rounding (the GPU sums a
-// block's 32 products in another order than the CPU). Skips with a message when no GPU is visible.
+// batch sizes 1 to 40 (each rows-per-pass specialisation, experts with more rows than one pass,
+// more items than the grouping block has threads), hidden/inner multiples of 32 that leave lanes
+// idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results agree
+// within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU). Skips
+// with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
 #include <numeric>
@@ -65,6 +66,7 @@ TEST_P(CudaQuantMoe, MatchesCpu) {
   check_quant_moe(f, 12, 3, 2080, 1056, 1);   // 65 and 33 blocks per row: one lane takes an extra block
   check_quant_moe(f, 12, 3, 2080, 1056, 7);
   check_quant_moe(f, 10, 8, 512, 64, 4);      // top-8: many experts active
+  check_quant_moe(f, 16, 8, 256, 96, 40);     // 320 items: more than the grouping block has threads
   // DeepSeek-V3's expert shape, all experts active: long tiles, some covered by one warp alone,
   // some shared by several (the persistent W2 kernels' two ways of finishing a tile).
   check_quant_moe(f, 8, 8, 7168, 2048, 1);
