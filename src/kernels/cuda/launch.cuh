@@ -1,9 +1,11 @@
 // Kernel launches with the sm_90 launch features, used where the kernel's binary has them:
 // programmatic dependent launch (the kernel may be scheduled while the stream's previous kernel
 // finishes; it must call pdl_wait() (below) before it reads or writes memory that an earlier
-// kernel of the stream writes or reads, and may only touch constant data before; every thread
-// calls it, early exits included, since the next kernel's wait covers only this kernel's
-// completion) and thread-block clusters. Whether the binary is sm_90+ is asked of the kernel
+// kernel of the stream writes or reads, and may only touch constant data before. The next
+// kernel's wait covers only this kernel's completion, which implies the earlier kernels' only if
+// some thread of this one waited: threads may exit without waiting only where another thread of
+// the grid waits or nothing later depends on the earlier kernels, as with the idle warps of the
+// W2 down kernel) and thread-block clusters. Whether the binary is sm_90+ is asked of the kernel
 // itself (cudaFuncGetAttributes: an sm_80 binary running on a newer GPU has no griddepcontrol /
 // cluster instructions) once per kernel; one GPU architecture per process is assumed. Other
 // binaries get a plain launch, where pdl_wait() and pdl_trigger() are no-ops; they must not ask
