@@ -10,7 +10,8 @@
 // times per case: eager (means over 20 calls after 3 warm-ups, one synchronisation at the end:
 // includes host launch overhead when the GPU work is short) and graph (20 calls captured into one
 // CUDA graph, replayed 10 times: what a decode step with graphs pays); GB/s and the fraction of
-// copy are the graph time's. Prints a table and writes JSON (argument 1, optional).
+// copy are the graph time's. Prints a table and writes JSON (argument 1, optional; "-" for none);
+// argument 2 (optional) names the expert formats to run, comma-separated (default w2,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
@@ -161,12 +162,14 @@ int main(int argc, char** argv) {
   moet::Backend* backend = start.backend.get();
   const double copy_gbs = start.copy_gbs;
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
+  const std::string formats = argc > 2 ? argv[2] : "w2,fp4,bf16";
   for (const char* format : {"w2", "fp4", "bf16"}) {
+    if (("," + formats + ",").find(std::string(",") + format + ",") == std::string::npos) continue;
     report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", format, 7168, 2048, copy_gbs));
     report["benchmarks"].push_back(moet::bench_moe(*backend, "Qwen3-235B 4096x1536", format, 4096, 1536, copy_gbs));
   }
   report["benchmarks"].push_back(moet::bench_dense(*backend, 151936, 4096, copy_gbs));
-  if (argc > 1) std::ofstream(argv[1]) << report.dump(2) << "\n";
+  if (argc > 1 && std::string(argv[1]) != "-") std::ofstream(argv[1]) << report.dump(2) << "\n";
   return 0;
 }
 #else
