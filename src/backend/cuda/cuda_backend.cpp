@@ -89,8 +89,6 @@ class CudaBackend final : public Backend {
     staging_[1].reserve(kStagingBytes);
     attention_counters_ = device_tensor(DType::i32, {kAttentionMaxSplitUnits});
     cuda_check(cudaMemsetAsync(attention_counters_.data, 0, attention_counters_.bytes(), stream_), "cudaMemset");
-    w2_decode_counters_ = device_tensor(DType::i32, {kW2DecodeCounters});
-    cuda_check(cudaMemsetAsync(w2_decode_counters_.data, 0, w2_decode_counters_.bytes(), stream_), "cudaMemset");
     const char* sync = std::getenv("MOET_CUDA_SYNC");
     debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
     graphs_enabled_ = options.graphs;
@@ -550,9 +548,6 @@ class CudaBackend final : public Backend {
   size_t slots_offset_ = 0, tables_offset_ = 0;
   int64_t table_stride_ = 0;
   Tensor attention_counters_;  // zeros between attention launches (attention.h)
-  // Zeros between fused batch-1 W2 launches (moe_w2.h); enough for top-64 and 256-block rows.
-  static constexpr int64_t kW2DecodeCounters = 1 << 16;
-  Tensor w2_decode_counters_;
   bool debug_sync_ = false;
   std::string name_;
 
@@ -749,8 +744,7 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
                      out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
-                     w2_scratch.tile_counters, w2_scratch.pass_items,
-                     static_cast<uint32_t*>(w2_decode_counters_.data), kW2DecodeCounters};
+                     w2_scratch.tile_counters, w2_scratch.pass_items};
   moe_launch(args, stream_);
   check_launch("moe_experts");
 }

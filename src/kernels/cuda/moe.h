@@ -71,10 +71,6 @@ struct MoeArgs {
   float* partial;
   int64_t tile_counters;
   int32_t pass_items;
-  // Persistent counters of the fused batch-1 launch (moe_w2.h), zero between launches (each
-  // launch returns them to zero); null: batch 1 takes the multi-launch path.
-  uint32_t* decode_counters;
-  int64_t decode_counter_count;
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

@@ -27,9 +27,6 @@
 #include "kernels/cuda/w2_tiles.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -217,35 +214,13 @@ struct UnitFetcher {
   }
 };
 
-// Where a product reads its activations from: read-only global memory (the non-coherent path),
-// shared memory, or global memory written earlier in the same launch (coherent loads, which the
-// acquire in wait_for_pass orders after the writes).
-enum class ActSource { kReadOnly, kShared, kCoherent };
-
-template <ActSource kSource>
-__device__ __forceinline__ uint4 load_activation(const uint4* p) {
-  if (kSource == ActSource::kReadOnly) return __ldg(p);
-  uint4 v;
-  if (kSource == ActSource::kCoherent) {
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-  }
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
-  return v;
-}
-
 // The B fragments of one chunk for P item pairs (xs[p] points at the pair's chunk 0).
-template <int P, ActSource kSource>
+template <int P>
 __device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], int chunk, uint4 (&xv)[P][4]) {
 #pragma unroll
   for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int q = 0; q < 4; ++q) xv[p][q] = load_activation<kSource>(xs[p] + chunk * 16 + q * 4);
+    for (int q = 0; q < 4; ++q) xv[p][q] = __ldg(xs[p] + chunk * 16 + q * 4);
 }
 
 // Adds one chunk's products into acc: word q of the lane's codes is scale block q (k-steps 2q and
@@ -282,15 +257,17 @@ __device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)
 }
 
 // The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
-// block). True when this warp writes the block, acc then holding its whole sum: the warp covered
-// it alone, or it shared it and is the last of its warps to finish (each leaves its partial sums
-// in a scratch slot; the last adds them in warp order and returns the block's counter to zero).
+// block): writes the block if the warp covered it alone, else leaves its partial sums and, if it
+// is the block's last warp to finish, adds every warp's partial sums in warp order and writes it.
 template <bool kGateUp, int P, int R>
-__device__ __forceinline__ bool finish_block(const MoeArgs& a, const Partition& part, int64_t warp, int64_t u0,
-                                             int64_t u1, int chunks, int64_t block_id, float (&acc)[R][P][4],
-                                             int lane) {
+__device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& part, int64_t warp, int64_t u0,
+                                             int64_t u1, int chunks, int64_t block_id, int block, int tiles,
+                                             const W2Pass& ps, float (&acc)[R][P][4], int lane) {
   const int64_t begin = block_id * chunks, end = begin + chunks;
-  if (begin >= u0 && end <= u1) return true;
+  if (begin >= u0 && end <= u1) {
+    write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
+    return;
+  }
   // Slot 0 holds a warp's first block, slot 1 its last (a warp shares at most those two).
   constexpr int64_t kSlotFloats = R * P * kPairFloats;
   auto slot_of = [&](int64_t w) { return (w * 2 + (part.start(w) / chunks == block_id ? 0 : 1)) * kSlotFloats; };
@@ -304,11 +281,10 @@ __device__ __forceinline__ bool finish_block(const MoeArgs& a, const Partition& 
   __threadfence();
   const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
-  uint32_t* counter = a.tile_done + (kGateUp ? 0 : a.tile_counters / 2) + block_id;
-  if (lane == 0) done = atomicAdd(counter, 1u);
+  const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
+  if (lane == 0) done = atomicAdd(a.tile_done + counter, 1u);
   done = __shfl_sync(0xffffffffu, done, 0);
-  if (done != uint32_t(last - first)) return false;
-  if (lane == 0) *counter = 0;  // every warp of the block has counted
+  if (done != uint32_t(last - first)) return;
   __threadfence();
   for (int64_t w = first; w <= last; ++w) {
     const float* theirs = a.partial + slot_of(w) + lane;
@@ -322,7 +298,7 @@ __device__ __forceinline__ bool finish_block(const MoeArgs& a, const Partition& 
           acc[r][p][i] = w == first ? v : acc[r][p][i] + v;
         }
   }
-  return true;
+  write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
 }
 
 // f(slot 0), f(slot 1), ... (slots as compile-time constants) until one returns true.
@@ -331,127 +307,10 @@ __device__ __forceinline__ bool in_slot_order(std::integer_sequence<int, S...>, 
   return (f(std::integral_constant<int, S>{}) || ...);
 }
 
-// Where the fused decode kernel (below) keeps its cross-warp state, in the persistent counters
-// (MoeArgs::decode_counters, zero between launches: each is returned to zero by its last user).
-// A warp announces its finished range once (one fence), not each tile block.
-struct FusedDecode {
-  uint32_t* pass_ready;  // [passes]: gate_up warps finished, per pass their ranges touch
-  uint32_t* combined;    // [down blocks]: down warps finished, per tile block; then the blocks combined
-  Partition gate_up;     // the gate_up product's split of its units over warps
-  int32_t gate_up_per_pass, down_blocks;
-};
-
-__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Warps of `part` whose ranges touch units [begin, end).
-__device__ __forceinline__ uint32_t warps_covering(const Partition& part, int64_t begin, int64_t end) {
-  return uint32_t(part.worker_of(end - 1) - part.worker_of(begin) + 1);
-}
-
-// Blocks until every gate_up warp of the pass has finished (lane 0 polls with an acquire; then
-// every lane fences, so its plain loads of act_split see the writes). The fused kernel's grid is
-// co-resident (one wave sized by the occupancy calculator), so those warps are running; a wait of
-// over 2 s means they are not, and traps rather than hangs.
-__device__ __forceinline__ void wait_for_pass(const FusedDecode& f, int pass, int lane) {
-  if (lane == 0) {
-    const int64_t per_pass = f.gate_up_per_pass;
-    const uint32_t need = warps_covering(f.gate_up, pass * per_pass, (pass + 1) * per_pass);
-    uint64_t start;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    while (load_acquire(f.pass_ready + pass) < need) {
-      __nanosleep(32);
-      uint64_t now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      if (now - start > 2000000000ull) __trap();
-    }
-  }
-  __syncwarp();
-  fence_acq_rel();
-}
-
-// The fused decode's combine of down tile block `block` (hidden rows block * R * 16 onwards),
-// once every warp that wrote to it has finished: out = the sum over the row's counted items in
-// ascending expert order of weight * y_item, moe.cu's combine in the same order. The last tile
-// block to be combined returns the pass counters to zero.
-template <int R>
-__device__ __noinline__ void combine_block(const MoeArgs& a, const FusedDecode& f, int block, int lane) {
-  const int passes = a.active_count[1];
-  if (lane == 0) f.combined[block] = 0;
-  fence_acq_rel();
-  constexpr int kRows = R * kW2TileRows / 32, kBatch = 8;  // rows per lane; item values requested together
-  const int64_t h0 = int64_t(block) * R * kW2TileRows + lane;
-  float sum[kRows] = {};
-  for (int first = 0; first < passes; first += kBatch) {  // one pass per counted expert, ascending
-    float w[kBatch], y[kBatch][kRows];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (first + i >= passes) break;
-      const int item = a.order[a.ranges[first + i]];
-      w[i] = a.weights[item];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        y[i][r] = h0 + 32 * r < a.hidden ? __ldcg(a.item_out + int64_t(item) * a.hidden + h0 + 32 * r) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (first + i >= passes) break;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) sum[r] += w[i] * y[i][r];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    if (h0 + 32 * r < a.hidden) a.out[h0 + 32 * r] = sum[r];
-  fence_acq_rel();
-  __syncwarp();
-  uint32_t done = 0;
-  if (lane == 0) done = atomicAdd(f.combined + f.down_blocks, 1u);
-  if (__shfl_sync(0xffffffffu, done, 0) != uint32_t(f.down_blocks - 1)) return;
-  for (int s = lane; s < passes; s += 32) f.pass_ready[s] = 0;
-  if (lane == 0) f.combined[f.down_blocks] = 0;
-}
-
-// The fused kernel's announcement that a warp has finished its range [u0, u1) of a product
-// (`part`; `blocks` tile blocks of `chunks` units per pass): gate_up counts it in each pass the
-// range touches; down counts it in each tile block, and the last warp of a tile block combines it.
-template <bool kGateUp, int R>
-__device__ __forceinline__ void announce_range(const MoeArgs& a, const FusedDecode& f, const Partition& part,
-                                               int64_t u0, int64_t u1, int blocks, int chunks, int lane) {
-  fence_acq_rel();
-  __syncwarp();
-  const int64_t per_pass = int64_t(blocks) * chunks;
-  if (kGateUp) {
-    if (lane == 0)
-      for (int64_t p = u0 / per_pass; p <= (u1 - 1) / per_pass; ++p) atomicAdd(f.pass_ready + p, 1u);
-    return;
-  }
-  const int passes = a.active_count[1];
-  for (int64_t flat = u0 / chunks; flat <= (u1 - 1) / chunks; ++flat) {
-    const int block = int(flat % blocks);
-    uint32_t done = 0;
-    if (lane == 0) done = atomicAdd(f.combined + block, 1u);
-    done = __shfl_sync(0xffffffffu, done, 0);
-    uint32_t need = 0;
-    for (int p = 0; p < passes; ++p) {
-      const int64_t begin = (int64_t(p) * blocks + block) * chunks;
-      need += warps_covering(part, begin, begin + chunks);
-    }
-    if (done + 1 == need) combine_block<R>(a, f, block, lane);
-  }
-}
-
-// One product (gate_up or down) over every pass, run by each warp of the grid on its contiguous
-// range of units. kFused: inside the fused decode kernel, where x_split is in shared memory,
-// act_split is written by other warps of the same launch (read through L2 once the pass is
-// ready), and finished tile blocks are announced (gate_up) or combined (down).
-template <bool kGateUp, int P, bool kFused>
-__device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& f) {
+template <bool kGateUp, int P>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_product_kernel(MoeArgs a) {
+  if (kGateUp) pdl_wait();  // grouping, passes, the split x and clear counters come from prepare
+  pdl_trigger();
   constexpr int R = kTileBlock<P>;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const ProductShape shape = product_shape(a, kGateUp);
@@ -472,7 +331,7 @@ __device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& 
   Unit<R> ring[kDepth];
 #pragma unroll
   for (int s = 0; s < kDepth; ++s) fetcher.next(a, lane, ring[s]);
-  if (!kGateUp && !kFused) pdl_wait();  // act comes from gate_up; the first units are already on their way
+  if (!kGateUp) pdl_wait();  // act comes from gate_up; the first units are already on their way
 
   const uint16_t* split = kGateUp ? a.x_split : a.act_split;
   const int64_t k_padded = kGateUp ? a.hidden_padded : a.inner_padded;
@@ -480,7 +339,6 @@ __device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& 
   const uint4* xs[P];
   auto enter_pass = [&] {
     ps = a.passes[pass];
-    if (kFused && !kGateUp) wait_for_pass(f, pass, lane);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int first = min(ps.first + 2 * p, ps.end - 1), second = min(first + 1, ps.end - 1);
@@ -489,31 +347,29 @@ __device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& 
       xs[p] = reinterpret_cast<const uint4*>(split + (row * 3 + g % 3) * k_padded) + c;
     }
   };
-  constexpr ActSource kSource = !kFused ? ActSource::kReadOnly : kGateUp ? ActSource::kShared : ActSource::kCoherent;
   enter_pass();
   // One pair's activations are fetched a unit ahead (double-buffered in registers); larger
   // batches load theirs at the start of each unit (registers run short).
   constexpr bool kPrefetchX = P == 1;
   uint4 xv[2][P][4];
-  if (kPrefetchX) load_activations<P, kSource>(xs, chunk, xv[0]);
+  if (kPrefetchX) load_activations<P>(xs, chunk, xv[0]);
   float acc[R][P][4] = {};
 
   int left = count;
   // One unit: multiply, refill its ring slot, finish the block at its end. True when done.
   auto step = [&](Unit<R>& unit, uint4 (&x_now)[P][4], uint4 (&x_next)[P][4]) {
     if (!kPrefetchX) {
-      load_activations<P, kSource>(xs, chunk, x_now);
+      load_activations<P>(xs, chunk, x_now);
     } else if (left > 1 && (chunk + 1 < chunks || block + 1 < blocks)) {  // the next unit, same pass
-      load_activations<P, kSource>(xs, chunk + 1 < chunks ? chunk + 1 : 0, x_next);
+      load_activations<P>(xs, chunk + 1 < chunks ? chunk + 1 : 0, x_next);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) multiply_chunk<P>(unit.codes[r], unit.scales[r], x_now, acc[r]);
     fetcher.next(a, lane, unit);
     --left;
     if (++chunk < chunks && left > 0) return false;
-    if (finish_block<kGateUp, P, R>(a, part, warp, u0, u1, chunks, int64_t(pass) * blocks + block, acc, lane)) {
-      write_block<kGateUp, P, R>(a, acc, block, tiles, ps, lane);
-    }
+    finish_block<kGateUp, P, R>(a, part, warp, u0, u1, chunks, int64_t(pass) * blocks + block, block, tiles, ps, acc,
+                                lane);
     if (left == 0) return true;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -526,7 +382,7 @@ __device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& 
       block = 0;
       ++pass;
       enter_pass();
-      if (kPrefetchX) load_activations<P, kSource>(xs, 0, x_next);
+      if (kPrefetchX) load_activations<P>(xs, 0, x_next);
     }
     return false;
   };
@@ -539,89 +395,6 @@ __device__ __forceinline__ void w2_product(const MoeArgs& a, const FusedDecode& 
   };
   while (!in_slot_order(std::make_integer_sequence<int, kDepth>{}, slot_step)) {
   }
-  if (kFused) announce_range<kGateUp, R>(a, f, part, u0, u1, blocks, chunks, lane);
-}
-
-template <bool kGateUp, int P>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_product_kernel(MoeArgs a) {
-  if (kGateUp) pdl_wait();  // grouping, passes, the split x and clear counters come from prepare
-  pdl_trigger();
-  w2_product<kGateUp, P, false>(a, FusedDecode{});
-}
-
-// One product of the fused decode kernel, compiled on its own (inlined, the two products and the
-// prologue's copy of the arguments ran out of registers).
-template <bool kGateUp>
-__device__ __noinline__ void w2_fused_product(const MoeArgs& a, const FusedDecode& f) {
-  w2_product<kGateUp, 1, true>(a, f);
-}
-
-// The fused decode kernel's shared memory: the grouping of one row's items and x split into its
-// three BF16 terms (hidden_padded * 3 values), which every block builds for itself.
-struct FusedShared {
-  static constexpr int kMaxItems = 64;  // top_k of a fused launch (host checks)
-  int32_t order[kMaxItems], active[kMaxItems], ranges[kMaxItems + 1], count[2];
-  int32_t group[2 * kWarpsPerBlock * 32];  // moe_group_ranked's scratch, then cut_passes'
-  W2Pass passes[kMaxItems];
-};
-constexpr int64_t kFusedSharedHeader = (sizeof(FusedShared) + 15) / 16 * 16;  // then x_split
-
-// Batch 1 in one launch: every block groups the row's items and splits x into its own shared
-// memory (no grid-wide step), then the warps run their gate_up units, then their down units, each
-// pass's down waiting until its gate_up is written; the last pass to write a down tile block
-// combines it into out (no combine kernel).
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<1>) w2_fused_decode_kernel(MoeArgs a) {
-  pdl_wait();  // x and the routing come from the previous kernels
-  pdl_trigger();
-  extern __shared__ uint4 fused_shared_raw[];
-  FusedShared& sh = *reinterpret_cast<FusedShared*>(fused_shared_raw);
-  uint16_t* x_split = reinterpret_cast<uint16_t*>(fused_shared_raw + kFusedSharedHeader / 16);
-  MoeArgs b = a;
-  b.order = sh.order;
-  b.active = sh.active;
-  b.ranges = sh.ranges;
-  b.active_count = sh.count;
-  b.passes = sh.passes;
-  b.x_split = x_split;
-  moe_group_ranked(b, sh.group);
-  cut_passes(b, sh.group);
-  if (sh.count[1] == 0) {  // no valid expert: out is zero, as the combine kernel writes it
-    for (int64_t h = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; h < a.hidden; h += int64_t(gridDim.x) * blockDim.x)
-      a.out[h] = 0.0f;
-    return;
-  }
-  // x in quads (hidden % 32 == 0), kBatch loads in flight per thread before any is split.
-  constexpr int kBatch = 8;
-  const int64_t quads = a.hidden_padded / 4;
-  for (int64_t q0 = threadIdx.x; q0 < quads; q0 += kBatch * blockDim.x) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t q = q0 + i * blockDim.x;
-      v[i] = q * 4 < a.hidden ? __ldg(reinterpret_cast<const float4*>(a.x) + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t q = q0 + i * blockDim.x;
-      if (q >= quads) break;
-      w2_split_store(v[i].x, x_split, a.hidden_padded, 4 * q);
-      w2_split_store(v[i].y, x_split, a.hidden_padded, 4 * q + 1);
-      w2_split_store(v[i].z, x_split, a.hidden_padded, 4 * q + 2);
-      w2_split_store(v[i].w, x_split, a.hidden_padded, 4 * q + 3);
-    }
-  }
-  __syncthreads();
-  constexpr int R = kTileBlock<1>;
-  const ProductShape up = product_shape(a, true);
-  const int64_t half = a.tile_counters / 2, up_per_pass = (up.tiles + R - 1) / R * up.chunks;
-  const int64_t up_units = sh.count[1] * up_per_pass, launched = int64_t(gridDim.x) * kWarpsPerBlock;
-  const FusedDecode f{a.decode_counters + 2 * half, a.decode_counters + 2 * half + a.top_k,
-                      Partition{up_units, min(up_units, launched)}, int32_t(up_per_pass),
-                      int32_t((a.hidden / kW2TileRows + R - 1) / R)};
-  b.tile_done = a.decode_counters;
-  w2_fused_product<true>(b, f);
-  b.partial += int64_t(gridDim.x) * kWarpsPerBlock * 2 * R * kPairFloats;  // the down product's slots
-  w2_fused_product<false>(b, f);
 }
 
 // Warps in the grid of one product kernel: every SM filled to the kernel's occupancy.
@@ -655,78 +428,19 @@ void w2_products(const MoeArgs& a, cudaStream_t stream) {
 // at most one item per row, so decode takes one pass per expert.
 int pairs_per_pass(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
 
-// The fused decode kernel's dynamic shared memory for a hidden size, and its blocks per SM (0:
-// it does not fit).
-size_t fused_shared_bytes(int64_t hidden_padded) { return size_t(kFusedSharedHeader + 3 * hidden_padded * 2); }
-int fused_blocks_per_sm(size_t shared) {
-  thread_local int cached_device = -1, cached_blocks = 0;  // a thread drives one device
-  thread_local size_t cached_shared = 0;
-  int device = 0, optin = 0, blocks = 0;
-  cudaGetDevice(&device);
-  if (device == cached_device && shared == cached_shared) return cached_blocks;
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (shared <= size_t(optin) &&
-      cudaFuncSetAttribute(w2_fused_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)) ==
-          cudaSuccess &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w2_fused_decode_kernel, kWarpsPerBlock * 32, shared) ==
-          cudaSuccess) {
-    cached_device = device;
-    cached_shared = shared;
-    cached_blocks = blocks;
-    return blocks;
-  }
-  cudaGetLastError();  // a refused size is not an error of the stream
-  return 0;
-}
-
-// Counters of a fused decode launch: gate_up and down tile blocks of every pass (tile_counters, in
-// two halves), pass_ready [top_k], combined [down blocks + 1].
-int64_t fused_half_counters(const MoeArgs& a) {
-  constexpr int R = kTileBlock<1>;
-  const int64_t gate_up_blocks = (a.inner / 8 + R - 1) / R, down_blocks = (a.hidden / kW2TileRows + R - 1) / R;
-  return a.top_k * std::max(gate_up_blocks, down_blocks);
-}
-int64_t fused_counters(const MoeArgs& a) {
-  constexpr int R = kTileBlock<1>;
-  return 2 * fused_half_counters(a) + a.top_k + (a.hidden / kW2TileRows + R - 1) / R + 1;
-}
-
-// MOET_W2_FUSED=0 in the environment starts with the fused launch off (A/B measurements).
-std::atomic<bool> fused_decode_enabled{[] {
-  const char* env = std::getenv("MOET_W2_FUSED");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}()};
-
 }  // namespace
-
-void moe_w2_set_fused_decode(bool enabled) { fused_decode_enabled = enabled; }
 
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {
   const int64_t items = rows * top_k, pairs = pairs_per_pass(rows);
   const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;
   const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
   const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
-  // Batch 1 may run fused, its gate_up and down products in one launch: two sets of partial slots.
-  return {passes, 2 * passes * blocks, rows == 1 ? 2 * partial : partial, int(2 * pairs)};
+  return {passes, 2 * passes * blocks, partial, int(2 * pairs)};
 }
 
-bool moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
   if (a.inner % kW2ChunkCols != 0)  // padding columns of act must read as zero
     cudaMemsetAsync(a.act_split, 0, size_t(a.rows * a.top_k * 3 * a.inner_padded) * sizeof(uint16_t), stream);
-  if (fused_decode_enabled && a.rows == 1 && a.top_k <= FusedShared::kMaxItems && a.decode_counters != nullptr &&
-      fused_counters(a) <= a.decode_counter_count) {
-    const size_t shared = fused_shared_bytes(a.hidden_padded);
-    if (const int blocks = fused_blocks_per_sm(shared); blocks > 0) {
-      int device = 0, sms = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      MoeArgs fused = a;
-      fused.tile_counters = 2 * fused_half_counters(a);
-      launch_dependent_kernel<w2_fused_decode_kernel>(dim3(unsigned(sms * blocks)), dim3(kWarpsPerBlock * 32), shared,
-                                                      1, stream, fused);
-      return true;
-    }
-  }
   const int64_t split_threads = std::max(a.rows * a.hidden_padded, a.tile_counters);
   launch_dependent_kernel<w2_prepare_kernel>(dim3(unsigned(1 + (split_threads + kPrepareThreads - 1) / kPrepareThreads)),
                                              dim3(kPrepareThreads),
@@ -737,7 +451,6 @@ bool moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
     case 4: w2_products<2>(a, stream); break;
     default: w2_products<4>(a, stream); break;
   }
-  return false;
 }
 
 }  // namespace moet::cuda

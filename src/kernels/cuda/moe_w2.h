@@ -14,12 +14,6 @@ struct W2Scratch {
 };
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner);
 
-// Launches the W2 products; true when they also wrote `out` (batch 1 runs fused: grouping,
-// gate_up, down and combine in one launch), false when moe.cu's combine must follow.
-bool moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
-
-// Whether batch 1 may take the fused launch (default true); the multi-launch path computes the
-// same bits, which the tests check by switching this off.
-void moe_w2_set_fused_decode(bool enabled);
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
 
 }  // namespace moet::cuda

@@ -6,7 +6,6 @@
 // within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU). Skips
 // with a message when no GPU is visible.
 #include "gpu_test_util.h"
-#include "kernels/cuda/moe_w2.h"
 
 #include <numeric>
 
@@ -55,13 +54,6 @@ void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_
   p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, again);
   const auto a = host(*p.gpu, out.second), b = host(*p.gpu, again);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "run to run";
-  if (format == ExpertFormat::w2 && rows == 1) {  // batch 1 ran fused: the multi-launch path's bits
-    cuda::moe_w2_set_fused_decode(false);
-    p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, again);
-    cuda::moe_w2_set_fused_decode(true);
-    const auto unfused = host(*p.gpu, again);
-    EXPECT_EQ(0, std::memcmp(a.data(), unfused.data(), a.size() * sizeof(float))) << "fused vs multi-launch";
-  }
 }
 
 class CudaQuantMoe : public ::testing::TestWithParam<ExpertFormat> {};
@@ -85,45 +77,6 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::
                          [](const ::testing::TestParamInfo<ExpertFormat>& info) {
                            return std::string(info.param == ExpertFormat::w2 ? "w2" : "fp4");
                          });
-
-// Batch 1 runs fused (grouping, products and combine in one launch, moe_w2.h): an expert named
-// twice (counted once), a slot naming no expert, and a row naming none at all (out = 0) give the
-// bits of the multi-launch path, repeated launches included (the fused launch's counters must
-// return to zero each time).
-TEST(CudaQuantMoe, FusedDecodeMatchesMultiLaunch) {
-  MOET_SKIP_WITHOUT_GPU();
-  BackendPair p;
-  const int64_t experts = 6, top_k = 4, hidden = 256, inner = 160;
-  std::vector<ExpertWeights> gpu_experts;
-  for (int64_t e = 0; e < experts; ++e) {
-    const uint64_t seed = 77 * uint64_t(e);
-    auto gu = plane(p, random_bytes(size_t(2 * inner * hidden / 4), seed, 0, 255, false), {2 * inner, hidden / 4});
-    auto gus = plane(p, random_bytes(size_t(2 * inner * hidden / 32), seed + 1, 120, 127, true), {2 * inner, hidden / 32});
-    auto dn = plane(p, random_bytes(size_t(hidden * inner / 4), seed + 2, 0, 255, false), {hidden, inner / 4});
-    auto dns = plane(p, random_bytes(size_t(hidden * inner / 32), seed + 3, 118, 126, true), {hidden, inner / 32});
-    gpu_experts.push_back({gu.second, dn.second, ExpertFormat::w2, gus.second, dns.second});
-  }
-  const ExpertSet set = p.gpu->expert_set(gpu_experts);
-  auto in = p.moe_inputs(1, experts, top_k, hidden, 5);
-  for (const std::vector<int32_t>& ids : {std::vector<int32_t>{3, 3, -1, 5}, std::vector<int32_t>{-1, 9, -1, -1},
-                                          std::vector<int32_t>{5, 0, 2, 1}}) {
-    p.gpu->from_host(ids.data(), in.ids.second);
-    std::vector<std::vector<float>> results;
-    for (bool fused : {true, true, false}) {
-      cuda::moe_w2_set_fused_decode(fused);
-      Tensor out = p.gpu->alloc({1, hidden});
-      p.gpu->moe_experts(in.x.second, set, in.ids.second, in.weights.second, out);
-      results.push_back(host(*p.gpu, out));
-    }
-    cuda::moe_w2_set_fused_decode(true);
-    const size_t bytes = results[0].size() * sizeof(float);
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), bytes)) << "fused, run to run; ids " << ids[0];
-    EXPECT_EQ(0, std::memcmp(results[0].data(), results[2].data(), bytes)) << "fused vs multi-launch; ids " << ids[0];
-    if (ids[0] == -1) {
-      for (float v : results[0]) ASSERT_EQ(0.0f, v) << "no valid expert: out must be zero";
-    }
-  }
-}
 
 TEST(CudaQuantMoe, RejectsMalformedPlanes) {
   MOET_SKIP_WITHOUT_GPU();
