@@ -10,7 +10,9 @@
 // times per case: eager (means over 20 calls after 3 warm-ups, one synchronisation at the end:
 // includes host launch overhead when the GPU work is short) and graph (20 calls captured into one
 // CUDA graph, replayed 10 times: what a decode step with graphs pays); GB/s and the fraction of
-// copy are the graph time's. Prints a table and writes JSON (argument 1, optional; "-" for none);
+// copy are the graph time's. Next to each, the read ceiling: the same calls' distinct expert bytes
+// read by one pure-load launch (Backend::read_regions, graph-timed the same way), the most one
+// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu.md, Run 7). Prints a table and writes JSON (argument 1, optional; "-" for none);
 // argument 2 (optional) names the expert formats to run, comma-separated (default w2,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
@@ -97,8 +99,20 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
   const ExpertSet set = backend.expert_set(std::move(weights));
   nlohmann::json rows_out = nlohmann::json::array();
   std::mt19937 rng(11);
+  // The bytes of expert e a call reads: W2 keeps codes and scales in one tiled plane per matrix.
+  auto expert_regions = [&](int32_t e, std::vector<ByteRegion>& out) {
+    const ExpertWeights& w = set.experts[size_t(e)];
+    if (format == "w2") {
+      out.push_back({w.gate_up.data, int64_t(w.gate_up.bytes() + w.gate_up_scales.bytes())});
+      out.push_back({w.down.data, int64_t(w.down.bytes() + w.down_scales.bytes())});
+      return;
+    }
+    for (const Tensor* t : {&w.gate_up, &w.gate_up_scales, &w.down, &w.down_scales})
+      if (!t->empty()) out.push_back({t->data, int64_t(t->bytes())});
+  };
   for (int64_t rows : {1, 4, 8}) {
     std::vector<Tensor> id_ts;
+    std::vector<std::vector<ByteRegion>> read_sets;
     double distinct = 0.0;
     for (int64_t k = 0; k < routings; ++k) {
       std::vector<int32_t> ids;
@@ -108,7 +122,10 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
         std::shuffle(all.begin(), all.end(), rng);
         ids.insert(ids.end(), all.begin(), all.begin() + top_k);
       }
-      distinct += double(std::set<int32_t>(ids.begin(), ids.end()).size()) / double(routings);
+      const std::set<int32_t> experts_read(ids.begin(), ids.end());
+      distinct += double(experts_read.size()) / double(routings);
+      read_sets.emplace_back();
+      for (int32_t e : experts_read) expert_regions(e, read_sets.back());
       id_ts.push_back(backend.alloc({rows, top_k}, DType::i32));
       backend.from_host(ids.data(), id_ts.back());
     }
@@ -124,13 +141,21 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     const double graph = graph_seconds_per_call(backend, next_graph_key++, out, kGraphCalls, kGraphReplays, [&](int i) {
       backend.moe_experts(x, set, id_ts[size_t(i % routings)], w, out);
     });
+    Tensor sink = backend.alloc({1}, DType::i32);
+    const double ceiling = graph_seconds_per_call(backend, next_graph_key++, sink, kGraphCalls, kGraphReplays, [&](int i) {
+      backend.read_regions(read_sets[size_t(i % routings)], sink);
+    });
     const double act_bytes = double(rows * hidden * 4 + rows * top_k * inner * 4);
     const double bytes = distinct * expert_bytes + act_bytes;
-    const double gbs = bytes / graph / 1e9;
-    std::printf("%-5s %-22s batch %ld  experts read %5.1f  eager %8.1f us  graph %8.1f us  %7.1f GB/s  %5.1f%% of copy\n",
-                format.c_str(), name, long(rows), distinct, eager * 1e6, graph * 1e6, gbs, 100.0 * gbs / copy_gbs);
+    const double gbs = bytes / graph / 1e9, ceiling_fraction = distinct * expert_bytes / ceiling / 1e9 / copy_gbs;
+    std::printf("%-5s %-22s batch %ld  experts read %5.1f  eager %8.1f us  graph %8.1f us  %7.1f GB/s  %5.1f%% of copy"
+                "  | read ceiling %7.1f us (%5.1f%% of copy), op at %5.1f%% of it\n",
+                format.c_str(), name, long(rows), distinct, eager * 1e6, graph * 1e6, gbs, 100.0 * gbs / copy_gbs,
+                ceiling * 1e6, 100.0 * ceiling_fraction, 100.0 * ceiling / graph);
     rows_out.push_back({{"batch", rows}, {"distinct_experts", distinct}, {"bytes", bytes}, {"us_eager", eager * 1e6},
-                        {"us_graph", graph * 1e6}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}});
+                        {"us_graph", graph * 1e6}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs},
+                        {"us_read_ceiling", ceiling * 1e6}, {"read_ceiling_fraction_of_copy", ceiling_fraction},
+                        {"fraction_of_read_ceiling", ceiling / graph}});
   }
   return {{"op", "moe_experts_" + format}, {"shape", name}, {"hidden", hidden}, {"inner", inner}, {"top_k", top_k},
           {"experts", experts}, {"expert_bytes", expert_bytes}, {"results", rows_out}};

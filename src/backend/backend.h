@@ -127,6 +127,21 @@ inline StackedShape stacked_shape(const std::vector<const TensorInfo*>& parts) {
   return out;
 }
 
+// Memory a backend owns (device memory on the CUDA backend), for Backend::read_regions.
+struct ByteRegion {
+  const void* data;
+  int64_t bytes;
+};
+
+// Checks the operands of Backend::read_regions.
+inline void check_read_regions(const std::vector<ByteRegion>& regions, const Tensor& sink) {
+  MOET_CHECK(regions.size() <= 256 && sink.dtype == DType::i32 && sink.numel() == 1,
+             "read_regions takes at most 256 regions and a one-int sink ({} regions)", regions.size());
+  for (const ByteRegion& r : regions)
+    MOET_CHECK(reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.bytes % 16 == 0 && r.bytes >= 0,
+               "read_regions: regions must be 16-byte aligned multiples of 16 bytes ({} bytes)", r.bytes);
+}
+
 // Checks the operands of Backend::matmul_split.
 inline void check_matmul_split(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& outs) {
   int64_t n = 0;
@@ -162,6 +177,10 @@ class Backend {
   // Best-of-several copy of `bytes` bytes inside the memory the backend computes from; returns
   // GB/s counting bytes read + written (the roofline the benchmarks compare against).
   virtual double copy_bandwidth(size_t bytes) = 0;
+  // A bandwidth reference for benchmarks: reads every byte of the regions (16-byte aligned,
+  // multiples of 16 bytes, at most 256) once, in one launch on the GPU; sink (one I32) = the XOR
+  // of all their 32-bit words.
+  virtual void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) = 0;
 
   virtual void begin_step(const StepInputs& step) = 0;
   // out[t, :] = table[step.tokens[t], :].

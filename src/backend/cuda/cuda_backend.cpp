@@ -23,6 +23,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/profile_gate.h"
+#include "kernels/cuda/read_regions.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/w2_tiles.h"
@@ -273,6 +274,19 @@ class CudaBackend final : public Backend {
     args.part_count = int(outs.size());
     gemv_launch(args, stream_);
     check_launch("matmul_split", [&] { return fmt::format("matmul_split[n={},k={}]", n, k); });
+  }
+
+  void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override {
+    check_read_regions(regions, sink);
+    ReadRegions r;
+    for (const ByteRegion& region : regions) {
+      r.data[r.count] = region.data;
+      r.bytes[r.count++] = region.bytes;
+    }
+    read_regions_index(r);
+    cuda_check(cudaMemsetAsync(sink.data, 0, sizeof(uint32_t), stream_), "cudaMemset");
+    read_regions_launch(r, sink.as<uint32_t>(), stream_);
+    check_launch("read_regions");
   }
 
   void add(Tensor& y, const Tensor& x) override {

@@ -97,6 +97,19 @@ TEST(CpuBackend, MatmulSplitIsOneMatmulPerPart) {
   }
 }
 
+// read_regions folds every 32-bit word of every region by XOR (the benchmarks' read reference),
+// and refuses regions it cannot read whole 16 bytes at a time.
+TEST(CpuBackend, ReadRegionsXorsEveryWord) {
+  auto backend = cpu_backend_create(2);
+  alignas(16) const uint32_t a[4] = {1, 2, 3, 4};
+  alignas(16) const uint32_t b[8] = {4, 3, 2, 1, 8, 0, 0, 0x100};
+  Tensor sink = backend->alloc({1}, DType::i32);
+  backend->read_regions({{a, 16}, {b, 32}, {b, 0}}, sink);
+  EXPECT_EQ(0x108u, *sink.as<uint32_t>());
+  EXPECT_THROW(backend->read_regions({{a, 12}}, sink), Error);
+  EXPECT_THROW(backend->read_regions({{a + 1, 16}}, sink), Error);
+}
+
 TEST(CpuBackend, QkNormRopeIsRmsNormThenRope) {
   auto backend = cpu_backend_create(2);
   const std::vector<int32_t> tokens(3, 0), positions = {0, 4093, 131071}, row_seq(3, 0), table(1, 0);

@@ -72,6 +72,32 @@ TEST(CudaOps, MatmulSplitMatchesCpu) {
   }
 }
 
+// The benchmarks' read reference: the XOR of every word of regions of assorted sizes (empty, under
+// one 512-byte line, not a whole number of lines, several MB) equals the CPU's.
+TEST(CudaOps, ReadRegionsMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  std::vector<std::pair<Tensor, Tensor>> parts;
+  std::vector<ByteRegion> cpu_regions, gpu_regions;
+  uint64_t seed = 1;
+  for (int64_t bytes : {int64_t(48), int64_t(4096 + 208), int64_t(3) << 20, int64_t(777) * 16}) {
+    std::vector<uint8_t> values(static_cast<size_t>(bytes));
+    std::mt19937_64 rng(seed++);
+    for (auto& v : values) v = uint8_t(rng());
+    parts.push_back(p.weight(values.data(), DType::u8, {bytes}));
+    cpu_regions.push_back({parts.back().first.data, bytes});
+    gpu_regions.push_back({parts.back().second.data, bytes});
+  }
+  cpu_regions.insert(cpu_regions.begin() + 1, {parts[0].first.data, 0});
+  gpu_regions.insert(gpu_regions.begin() + 1, {parts[0].second.data, 0});
+  auto sink = p.alloc({1}, DType::i32);
+  p.cpu->read_regions(cpu_regions, sink.first);
+  p.gpu->read_regions(gpu_regions, sink.second);
+  const auto gpu = host<uint32_t>(*p.gpu, sink.second);
+  EXPECT_EQ(*sink.first.as<uint32_t>(), gpu[0]);
+  EXPECT_NE(0u, gpu[0]);
+}
+
 TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
