@@ -110,23 +110,6 @@ struct KvLayerCache {
   PagedKv view;
 };
 
-// The shape of parts stacked by Backend::upload_stacked (checked: one dtype, 2-D, equal widths).
-struct StackedShape {
-  DType dtype;
-  int64_t rows, cols;
-};
-inline StackedShape stacked_shape(const std::vector<const TensorInfo*>& parts) {
-  MOET_CHECK(!parts.empty() && parts[0]->shape.size() == 2, "upload_stacked: 2-D parts needed");
-  StackedShape out{parts[0]->dtype, 0, parts[0]->shape[1]};
-  for (const TensorInfo* part : parts) {
-    MOET_CHECK(part->dtype == out.dtype && part->shape.size() == 2 && part->shape[1] == out.cols,
-               "cannot stack '{}' {} onto '{}' {}", part->name, part->shape_text(), parts[0]->name,
-               parts[0]->shape_text());
-    out.rows += part->shape[0];
-  }
-  return out;
-}
-
 // Memory a backend owns (device memory on the CUDA backend), for Backend::read_regions.
 struct ByteRegion {
   const void* data;
@@ -142,18 +125,6 @@ inline void check_read_regions(const std::vector<ByteRegion>& regions, const Ten
                "read_regions: regions must be 16-byte aligned multiples of 16 bytes ({} bytes)", r.bytes);
 }
 
-// Checks the operands of Backend::matmul_split.
-inline void check_matmul_split(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& outs) {
-  int64_t n = 0;
-  for (const Tensor* out : outs) {
-    MOET_CHECK(out->rows() == x.rows(), "matmul_split: an output has {} rows, x {}", out->rows(), x.rows());
-    n += out->cols();
-  }
-  MOET_CHECK(!outs.empty() && outs.size() <= 3 && w.dim(0) == n && w.dim(1) == x.cols(),
-             "matmul_split shape mismatch: x [{}, {}] w [{}, {}], {} outputs of {} columns", x.rows(), x.cols(),
-             w.dim(0), w.dim(1), outs.size(), n);
-}
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -162,8 +133,8 @@ class Backend {
   // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is,
   // and U8 planes (quantized expert codes and scales) are copied byte for byte.
   virtual Tensor upload(const TensorInfo& info) = 0;
-  // Stacks [n_i, k] weights of one dtype into one [sum of n_i, k] tensor, in the order given.
-  virtual Tensor upload_stacked(const std::vector<const TensorInfo*>& parts) = 0;
+  // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor.
+  virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
   // Uploads a small tensor as F32 whatever its stored dtype (norm weights, biases).
   virtual Tensor upload_f32(const TensorInfo& info) = 0;
   // Uninitialised activation memory (F32 unless told; I32 for expert ids).
@@ -192,10 +163,6 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
   // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
-  // x @ w^T cut by columns into `outs` (1 to 3 tensors [rows, n_i], the n_i summing to w.dim(0)):
-  // outs[0] gets the first n_0 outputs, outs[1] the next n_1, ... Each value is the one matmul()
-  // computes for the same weights; one launch on the GPU (q, k and v projections stacked).
-  virtual void matmul_split(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& outs) = 0;
   virtual void add(Tensor& y, const Tensor& x) = 0;
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // Rotates x[..., offset : offset + rot_dim] of each of `heads` heads (head_stride apart) of

@@ -1,7 +1,6 @@
-// Grouped-query attention block: q/k/v projections (optional biases; without them the three are
-// stacked at load into one matrix and computed as one product, cut into q, k and v), optional
-// per-head q/k RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of each head
-// (partial rotary for GLM), paged causal attention, output projection (optional bias).
+// Grouped-query attention block: q/k/v projections (optional biases), optional per-head q/k
+// RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of each head (partial
+// rotary for GLM), paged causal attention, output projection (optional bias).
 #include "models/blocks.h"
 
 #include "models/rope_table.h"
@@ -18,15 +17,9 @@ class GqaAttention final : public AttentionBlock {
         scale_(float(1.0 / std::sqrt(double(c.head_dim)))), eps_(float(c.rms_norm_eps)),
         rope_(rope_table_build(c.rope)) {
     const int64_t hidden = c.hidden_size;
-    const std::vector<int64_t> q_shape{heads_ * head_dim_, hidden}, kv_shape{kv_heads_ * head_dim_, hidden};
-    if (c.attention_bias) {
-      q_ = loader.weight(p + "q_proj.weight", q_shape);
-      k_ = loader.weight(p + "k_proj.weight", kv_shape);
-      v_ = loader.weight(p + "v_proj.weight", kv_shape);
-    } else {
-      qkv_ = loader.stacked({{p + "q_proj.weight", q_shape}, {p + "k_proj.weight", kv_shape},
-                             {p + "v_proj.weight", kv_shape}});
-    }
+    q_ = loader.weight(p + "q_proj.weight", {heads_ * head_dim_, hidden});
+    k_ = loader.weight(p + "k_proj.weight", {kv_heads_ * head_dim_, hidden});
+    v_ = loader.weight(p + "v_proj.weight", {kv_heads_ * head_dim_, hidden});
     o_ = loader.weight(p + "o_proj.weight", {hidden, heads_ * head_dim_});
     if (c.attention_bias) {
       q_bias_ = loader.weight_f32(p + "q_proj.bias", {heads_ * head_dim_});
@@ -51,13 +44,9 @@ class GqaAttention final : public AttentionBlock {
     Tensor q = b.alloc({rows, heads_ * head_dim_});
     Tensor k = b.alloc({rows, kv_heads_ * head_dim_});
     Tensor v = b.alloc({rows, kv_heads_ * head_dim_});
-    if (qkv_.empty()) {
-      b.matmul(x, q_, &q_bias_, q);
-      b.matmul(x, k_, &k_bias_, k);
-      b.matmul(x, v_, &v_bias_, v);
-    } else {
-      b.matmul_split(x, qkv_, {&q, &k, &v});
-    }
+    b.matmul(x, q_, &q_bias_, q);
+    b.matmul(x, k_, &k_bias_, k);
+    b.matmul(x, v_, &v_bias_, v);
     b.qk_norm_rope(rope_, q, heads_, k, kv_heads_, head_dim_, q_norm_, k_norm_, eps_);
     b.kv_write(cache, k, &v);
     Tensor attn = b.alloc({rows, heads_ * head_dim_});
@@ -69,7 +58,6 @@ class GqaAttention final : public AttentionBlock {
   int64_t heads_, kv_heads_, head_dim_;
   float scale_, eps_;
   RopeTable rope_;
-  Tensor qkv_;  // q, k and v stacked (no biases), else q_, k_ and v_
   Tensor q_, k_, v_, o_, q_bias_, k_bias_, v_bias_, o_bias_, q_norm_, k_norm_;
 };
 

@@ -39,7 +39,7 @@ const TensorInfo& WeightLoader::invent(const std::string& name, const std::vecto
     for (int64_t j = i; j < std::min(count, i + 64); ++j)
       values[j] = float_to_bf16(norm ? 1.0f : bias ? 0.0f : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
   }
-  if (invented_.size() >= kKeptInfos) invented_.pop_front();
+  if (invented_.size() >= 2) invented_.pop_front();
   invented_.emplace_back(TensorInfo{name, DType::bf16, shape, nullptr, bytes.size(), "(random)"}, std::move(bytes));
   invented_.back().first.data = invented_.back().second.data();
   return invented_.back().first;
@@ -68,7 +68,7 @@ const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vect
   auto* out = reinterpret_cast<float*>(bytes.data());
   for (size_t i = 0; i < values.size(); ++i) out[i] = float(values[i]);
   mark_used_family(name);
-  if (invented_.size() >= kKeptInfos) invented_.pop_front();
+  if (invented_.size() >= 2) invented_.pop_front();
   invented_.emplace_back(TensorInfo{name, DType::f32, shape, nullptr, bytes.size(), "(decoded)"}, std::move(bytes));
   invented_.back().first.data = invented_.back().second.data();
   return invented_.back().first;
@@ -102,14 +102,8 @@ Tensor WeightLoader::weight_f32(const std::string& name, const std::vector<int64
 }
 
 Tensor WeightLoader::stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) {
-  return stacked({{a, shape_each}, {b, shape_each}});
-}
-
-Tensor WeightLoader::stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
-  MOET_CHECK(!parts.empty() && parts.size() <= kKeptInfos, "cannot stack {} tensors at once", parts.size());
-  std::vector<const TensorInfo*> infos;
-  for (const auto& [name, shape] : parts) infos.push_back(&info(name, shape));  // all kept alive meanwhile
-  return counted(parts.front().first, backend_.upload_stacked(infos));
+  const TensorInfo& first = info(a, shape_each);
+  return counted(a, backend_.upload_stacked(first, info(b, shape_each)));
 }
 
 size_t WeightLoader::report_unused() const {

@@ -47,8 +47,6 @@ class WeightLoader {
   Tensor weight_f32(const std::string& name, const std::vector<int64_t>& shape);
   // Two [n, k] weights stacked into one [2n, k] (gate and up projections).
   Tensor stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each);
-  // Weights [n_i, k] (name, shape) stacked into one [sum of n_i, k] in the order given (at most 3).
-  Tensor stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
   // Logs the checkpoint tensors never read; returns how many there were.
   size_t report_unused() const;
   Backend& backend() { return backend_; }
@@ -66,9 +64,7 @@ class WeightLoader {
   std::set<std::string> used_;
   LoadStats stats_;
   std::mt19937_64 rng_;
-  // Invented or decoded infos, the last kKeptInfos kept alive (a stack of up to that many parts).
-  static constexpr size_t kKeptInfos = 3;
-  std::deque<std::pair<TensorInfo, std::vector<uint8_t>>> invented_;
+  std::deque<std::pair<TensorInfo, std::vector<uint8_t>>> invented_;  // the last two, kept alive
   std::unique_ptr<ExpertLoader> experts_;
 };
 

@@ -41,17 +41,20 @@ class CpuBackend final : public Backend {
     return upload_f32(info);
   }
 
-  Tensor upload_stacked(const std::vector<const TensorInfo*>& parts) override {
-    const StackedShape stacked = stacked_shape(parts);
-    const bool widen = stacked.dtype != DType::bf16 && stacked.dtype != DType::f32;
-    Tensor t = host_tensor(widen ? DType::f32 : stacked.dtype, {stacked.rows, stacked.cols});
-    uint8_t* at = static_cast<uint8_t*>(t.data);
-    for (const TensorInfo* part : parts) {
-      const Tensor piece = widen ? upload_f32(*part) : Tensor{};
-      const size_t bytes = widen ? piece.bytes() : part->bytes;
-      std::memcpy(at, widen ? piece.data : part->data, bytes);
-      at += bytes;
+  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override {
+    MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 &&
+                   a.shape[1] == b.shape[1],
+               "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
+    if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+      Tensor fa = upload_f32(a), fb = upload_f32(b);
+      Tensor t = host_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
+      std::memcpy(t.data, fa.data, fa.bytes());
+      std::memcpy(static_cast<uint8_t*>(t.data) + fa.bytes(), fb.data, fb.bytes());
+      return t;
     }
+    Tensor t = host_tensor(a.dtype, {a.shape[0] + b.shape[0], a.shape[1]});
+    std::memcpy(t.data, a.data, a.bytes);
+    std::memcpy(static_cast<uint8_t*>(t.data) + a.bytes, b.data, b.bytes);
     return t;
   }
 
@@ -139,22 +142,6 @@ class CpuBackend final : public Backend {
       matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_);
     } else {
       matmul_f32(x.as<float>(), rows, k, w.as<float>(), n, b, y.as<float>(), pool_);
-    }
-  }
-
-  void matmul_split(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& outs) override {
-    const int64_t k = x.cols(), rows = x.rows();
-    check_matmul_split(x, w, outs);
-    const OpScope scope(*this, [&] { return fmt::format("matmul_split[n={},k={}]", w.dim(0), k); });
-    int64_t first = 0;
-    for (Tensor* out : outs) {
-      const int64_t n = out->cols();
-      if (w.dtype == DType::bf16) {
-        matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>() + first * k, n, nullptr, out->as<float>(), pool_);
-      } else {
-        matmul_f32(x.as<float>(), rows, k, w.as<float>() + first * k, n, nullptr, out->as<float>(), pool_);
-      }
-      first += n;
     }
   }
 

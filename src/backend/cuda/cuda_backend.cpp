@@ -121,17 +121,19 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  Tensor upload_stacked(const std::vector<const TensorInfo*>& parts) override {
-    const StackedShape stacked = stacked_shape(parts);
-    const bool widened = stacked.dtype != DType::bf16 && stacked.dtype != DType::f32;
-    Tensor t = device_tensor(widened ? DType::f32 : stacked.dtype, {stacked.rows, stacked.cols});
-    uint8_t* at = static_cast<uint8_t*>(t.data);
-    for (const TensorInfo* part : parts) {
-      const std::vector<float> values = widened ? widen(*part) : std::vector<float>{};
-      const size_t bytes = widened ? values.size() * sizeof(float) : part->bytes;
-      copy_to_device(at, widened ? static_cast<const void*>(values.data()) : part->data, bytes);
-      at += bytes;
+  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override {
+    MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 && a.shape[1] == b.shape[1],
+               "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
+    if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+      const std::vector<float> fa = widen(a), fb = widen(b);
+      Tensor t = device_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
+      copy_to_device(t.data, fa.data(), fa.size() * sizeof(float));
+      copy_to_device(static_cast<uint8_t*>(t.data) + fa.size() * sizeof(float), fb.data(), fb.size() * sizeof(float));
+      return t;
     }
+    Tensor t = device_tensor(a.dtype, {a.shape[0] + b.shape[0], a.shape[1]});
+    copy_to_device(t.data, a.data, a.bytes);
+    copy_to_device(static_cast<uint8_t*>(t.data) + a.bytes, b.data, b.bytes);
     return t;
   }
 
@@ -261,19 +263,6 @@ class CudaBackend final : public Backend {
     const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
     gemv_launch({x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1}, stream_);
     check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", n, k); });
-  }
-
-  void matmul_split(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& outs) override {
-    check_matmul_split(x, w, outs);
-    const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
-    GemvArgs args{x.as<float>(), k, 0, w.data, is_bf16(w), 0, nullptr, nullptr, 0, 0, rows, n, k, 1};
-    int64_t end = 0;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      args.parts[i] = {outs[i]->as<float>(), end += outs[i]->cols()};
-    }
-    args.part_count = int(outs.size());
-    gemv_launch(args, stream_);
-    check_launch("matmul_split", [&] { return fmt::format("matmul_split[n={},k={}]", n, k); });
   }
 
   void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override {

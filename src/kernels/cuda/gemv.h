@@ -1,8 +1,7 @@
 // Batched products y = x @ w^T (+ bias) with BF16 or F32 weights [n, k], FP32 activations and
 // FP32 accumulation, for few rows (decode) and many (prefill: weights are re-read once per 8
 // rows). `batch` independent problems are laid out with element strides (per-head matmuls of
-// MLA use batch = heads), or one problem's outputs are cut by column into separate tensors (the
-// q, k and v projections as one product). Deterministic and batch-invariant (see gemv_core.cuh).
+// MLA use batch = heads). Deterministic and batch-invariant (see gemv_core.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,14 +20,6 @@ struct GemvArgs {
   float* y;
   int64_t y_row_stride, y_batch_stride;
   int64_t rows, n, k, batch;
-  // part_count > 0 (batch 1): the n outputs cut by column into up to 3 tensors [rows, width];
-  // part i takes columns [end of part i-1, end), and y is unused.
-  struct Part {
-    float* y;
-    int64_t end;
-  };
-  Part parts[3] = {};
-  int part_count = 0;
 };
 
 // Whether the 16-byte vector path applies to these pointers and strides.

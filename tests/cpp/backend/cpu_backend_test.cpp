@@ -4,7 +4,6 @@
 // so fusing must not move a bit. Also: the per-op profile names the fused ops.
 #include "../random_values.h"
 #include "backend/cpu/cpu_backend.h"
-#include "core/dtype.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
@@ -54,46 +53,6 @@ TEST(CpuBackend, AddRmsNormIsAddThenRmsNorm) {
       EXPECT_TRUE(same_bits(fused, parts)) << "residual, hidden " << hidden << " rows " << rows;
       EXPECT_TRUE(same_bits(fused_out, parts_out)) << "normed, hidden " << hidden << " rows " << rows;
     }
-  }
-}
-
-// Stacked q/k/v weights through matmul_split give each part's matmul() on its own weights, bit
-// for bit (BF16 and F32 weights, stacked from BF16 and F32 checkpoint tensors).
-TEST(CpuBackend, MatmulSplitIsOneMatmulPerPart) {
-  auto backend = cpu_backend_create(2);
-  const int64_t k = 96, rows = 3;
-  const std::vector<int64_t> widths{40, 8, 8};
-  for (DType dtype : {DType::bf16, DType::f32}) {
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<TensorInfo> infos;
-    for (size_t i = 0; i < widths.size(); ++i) {
-      const auto values = random_floats(size_t(widths[i] * k), 10 + i, 0.1f);
-      bytes.emplace_back(values.size() * dtype_size(dtype));
-      for (size_t j = 0; j < values.size(); ++j) {
-        if (dtype == DType::f32) {
-          std::memcpy(bytes.back().data() + 4 * j, &values[j], 4);
-        } else {
-          const uint16_t h = float_to_bf16(values[j]);
-          std::memcpy(bytes.back().data() + 2 * j, &h, 2);
-        }
-      }
-      infos.push_back({"part" + std::to_string(i), dtype, {widths[i], k}, bytes.back().data(), bytes.back().size(), "test"});
-    }
-    const Tensor stacked = backend->upload_stacked({&infos[0], &infos[1], &infos[2]});
-    ASSERT_EQ(stacked.dim(0), 56);
-    const Tensor x = tensor(*backend, random_floats(size_t(rows * k), 4), {rows, k});
-    std::vector<Tensor> split, alone;
-    for (int64_t width : widths) {
-      split.push_back(backend->alloc({rows, width}));
-      alone.push_back(backend->alloc({rows, width}));
-    }
-    backend->matmul_split(x, stacked, {&split[0], &split[1], &split[2]});
-    for (size_t i = 0; i < widths.size(); ++i) {
-      backend->matmul(x, backend->upload(infos[i]), nullptr, alone[i]);
-      EXPECT_TRUE(same_bits(split[i], alone[i])) << "part " << i << " dtype " << int(dtype);
-    }
-    Tensor wrong = backend->alloc({rows, 9});
-    EXPECT_THROW(backend->matmul_split(x, stacked, {&split[0], &split[1], &wrong}), Error);
   }
 }
 

@@ -39,39 +39,6 @@ TEST(CudaOps, MatmulMatchesCpu) {
   }
 }
 
-// q, k and v stacked into one product cut by column (Qwen3-235B's decode shape, a small one, 1
-// to 9 rows): each part against the CPU's matmul_split, and every row bit-identical to the same
-// row computed alone.
-TEST(CudaOps, MatmulSplitMatchesCpu) {
-  MOET_SKIP_WITHOUT_GPU();
-  BackendPair p;
-  for (const auto& [widths, k] : {std::pair{std::vector<int64_t>{8192, 512, 512}, int64_t(4096)},
-                                  std::pair{std::vector<int64_t>{96, 32, 32}, int64_t(200)}}) {
-    const int64_t n = widths[0] + widths[1] + widths[2];
-    const auto wb = to_bf16(random_floats(size_t(n * k), uint64_t(n), 0.05f));
-    auto w = p.weight(wb.data(), DType::bf16, {n, k});
-    for (int64_t rows : {1, 4, 9}) {
-      auto x = p.activation(random_floats(size_t(rows * k), uint64_t(rows)), {rows, k});
-      std::vector<std::pair<Tensor, Tensor>> outs;
-      for (int64_t width : widths) outs.push_back(p.alloc({rows, width}));
-      p.cpu->matmul_split(x.first, w.first, {&outs[0].first, &outs[1].first, &outs[2].first});
-      p.gpu->matmul_split(x.second, w.second, {&outs[0].second, &outs[1].second, &outs[2].second});
-      for (auto& out : outs) EXPECT_LT(max_rel_diff(p, out), kTol) << "n " << n << " rows " << rows;
-      if (rows == 1) continue;
-      Tensor last_row = p.gpu->alloc({1, k});
-      p.gpu->copy_columns(x.second, k, (rows - 1) * k, last_row, k, 0, 1, k);
-      std::vector<Tensor> alone;
-      for (int64_t width : widths) alone.push_back(p.gpu->alloc({1, width}));
-      p.gpu->matmul_split(last_row, w.second, {&alone[0], &alone[1], &alone[2]});
-      for (size_t i = 0; i < widths.size(); ++i) {
-        const auto all = host(*p.gpu, outs[i].second), one = host(*p.gpu, alone[i]);
-        EXPECT_EQ(0, std::memcmp(all.data() + (rows - 1) * widths[i], one.data(), one.size() * sizeof(float)))
-            << "part " << i << " rows " << rows;
-      }
-    }
-  }
-}
-
 // The benchmarks' read reference: the XOR of every word of regions of assorted sizes (empty, under
 // one 512-byte line, not a whole number of lines, several MB) equals the CPU's.
 TEST(CudaOps, ReadRegionsMatchesCpu) {
