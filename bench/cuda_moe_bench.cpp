@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -182,12 +183,22 @@ nlohmann::json bench_dense(Backend& backend, int64_t n, int64_t k, double copy_g
 }  // namespace moet
 
 int main(int argc, char** argv) {
+  const std::string formats = argc > 2 ? argv[2] : "w2,fp4,bf16";
+  for (size_t begin = 0; begin <= formats.size();) {  // every name must be one of the three
+    const size_t end = std::min(formats.find(',', begin), formats.size());
+    const std::string name = formats.substr(begin, end - begin);
+    if (name != "w2" && name != "fp4" && name != "bf16") {
+      std::fprintf(stderr, "cuda_moe_bench: unknown expert format '%s' (formats: w2, fp4, bf16, comma-separated)\n",
+                   name.c_str());
+      return 2;
+    }
+    begin = end + 1;
+  }
   const moet::CudaBenchStart start = moet::start_cuda_bench("cuda_moe_bench");
   if (!start.backend) return 0;
   moet::Backend* backend = start.backend.get();
   const double copy_gbs = start.copy_gbs;
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
-  const std::string formats = argc > 2 ? argv[2] : "w2,fp4,bf16";
   for (const char* format : {"w2", "fp4", "bf16"}) {
     if (("," + formats + ",").find(std::string(",") + format + ",") == std::string::npos) continue;
     report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", format, 7168, 2048, copy_gbs));
