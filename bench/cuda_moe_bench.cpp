@@ -12,8 +12,9 @@
 // CUDA graph, replayed 10 times: what a decode step with graphs pays); GB/s and the fraction of
 // copy are the graph time's. Next to each, the read ceiling: the same calls' distinct expert bytes
 // read by one pure-load launch (Backend::read_regions, graph-timed the same way), the most one
-// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu.md, Run 7). Prints a table and writes JSON (argument 1, optional; "-" for none);
-// argument 2 (optional) names the expert formats to run, comma-separated (default w2,fp4,bf16).
+// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu.md, Run 7).
+// Prints a table and writes JSON (argument 1, optional; "-" for none); argument 2 (optional)
+// names the expert formats to run, comma-separated (default w2,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
