@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
+#include "kernels/cuda/streaming_load.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/w2_tiles.h"
 
@@ -117,20 +118,6 @@ __global__ void w2_prepare_kernel(MoeArgs a) {
 
 __device__ __forceinline__ float scale_of(uint32_t bytes, int q) {
   return __uint_as_float(((bytes >> (8 * q)) & 0xFFu) << 23);
-}
-
-// Streamed once: not kept in L1 (which holds the activations).
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 load_streaming(const uint2* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
 }
 
 // Columns: lane c holds 2c and 2c + 1. Item pair (first, second) = columns (0, 1, 2) and

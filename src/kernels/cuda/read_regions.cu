@@ -5,20 +5,13 @@
 #include "kernels/cuda/read_regions.h"
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/streaming_load.cuh"
 
 namespace moet::cuda {
 namespace {
 
 constexpr int kWarps = 8, kBlocksPerSm = 2, kDepth = 8;
 constexpr int64_t kLineBytes = 512;
-
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __global__ void __launch_bounds__(kWarps * 32) read_regions_kernel(ReadRegions r, uint32_t* sink) {
   pdl_trigger();
@@ -39,7 +32,8 @@ __global__ void __launch_bounds__(kWarps * 32) read_regions_kernel(ReadRegions r
       if (line >= l1) continue;
       while (line >= r.first_line[region + 1]) ++region;
       const int64_t offset = (line - r.first_line[region]) * kLineBytes + 16 * lane;
-      if (offset < r.bytes[region]) v[d] = load_streaming(static_cast<const uint8_t*>(r.data[region]) + offset);
+      const auto* at = static_cast<const uint8_t*>(r.data[region]) + offset;
+      if (offset < r.bytes[region]) v[d] = load_streaming(reinterpret_cast<const uint4*>(at));
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) acc ^= v[d].x ^ v[d].y ^ v[d].z ^ v[d].w;

@@ -67,6 +67,7 @@ TEST(CpuBackend, ReadRegionsXorsEveryWord) {
   EXPECT_EQ(0x108u, *sink.as<uint32_t>());
   EXPECT_THROW(backend->read_regions({{a, 12}}, sink), Error);
   EXPECT_THROW(backend->read_regions({{a + 1, 16}}, sink), Error);
+  EXPECT_THROW(backend->read_regions(std::vector<ByteRegion>(257, ByteRegion{a, 16}), sink), Error);
 }
 
 TEST(CpuBackend, QkNormRopeIsRmsNormThenRope) {
