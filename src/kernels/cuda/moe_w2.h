@@ -7,6 +7,13 @@
 
 namespace moet::cuda {
 
+// Item pairs per pass of the product kernels (1, 2 or 4; a pass covers one expert's weights once
+// for up to 2 * pairs of its items): the count with the least expected time for a batch of `rows`
+// when each row's items go to top_k of `experts` uniformly at random, so an expert's item count is
+// Binomial(rows, top_k / experts) and it takes ceil(n / (2 * pairs)) passes. Decode batches get
+// 1 (most active experts have one item), large batches 4.
+int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts);
+
 // Scratch sizes of the W2 fields of MoeArgs for a batch of `rows` (moe.h).
 struct W2Scratch {
   int64_t passes, tile_counters, partial_floats;

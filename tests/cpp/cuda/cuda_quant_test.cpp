@@ -6,8 +6,11 @@
 // within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU). Skips
 // with a message when no GPU is visible.
 #include "gpu_test_util.h"
+#include "kernels/cuda/moe_w2.h"
 
 #include <numeric>
+#include <set>
+#include <tuple>
 
 namespace moet::test {
 namespace {
@@ -71,6 +74,28 @@ TEST_P(CudaQuantMoe, MatchesCpu) {
   // some shared by several (the persistent W2 kernels' two ways of finishing a tile).
   check_quant_moe(f, 8, 8, 7168, 2048, 1);
   check_quant_moe(f, 8, 8, 7168, 2048, 8);
+}
+
+// The W2 pass size follows the expected items per expert: one pair at decode with many experts
+// (most active experts get one item), more when experts are few or batches large. Host code: runs
+// without a GPU. MatchesCpu's shapes reach every pair count the kernels are compiled for.
+TEST(CudaQuantMoe, PairsPerPassFollowTheItemsPerExpert) {
+  using cuda::w2_pairs_per_pass;
+  for (int64_t rows : {1, 2, 4, 8, 16}) {
+    EXPECT_EQ(1, w2_pairs_per_pass(rows, 8, 256)) << "DeepSeek-V3 decode, rows " << rows;
+    EXPECT_EQ(1, w2_pairs_per_pass(rows, 8, 128)) << "Qwen3-235B decode, rows " << rows;
+  }
+  EXPECT_EQ(2, w2_pairs_per_pass(32, 8, 128));  // 2 items per expert on average
+  EXPECT_EQ(1, w2_pairs_per_pass(1, 8, 8));     // one item per expert, however many experts are active
+  EXPECT_EQ(4, w2_pairs_per_pass(8, 8, 8));     // every expert gets all 8 rows
+  EXPECT_EQ(4, w2_pairs_per_pass(512, 8, 128)); // prefill: 32 items per expert on average
+  EXPECT_EQ(2, w2_pairs_per_pass(8, 2, 8));     // Mixtral-like decode batch: 2 items per expert
+  std::set<int> used;
+  for (int64_t rows : {1, 2, 3, 4, 5, 8, 20}) used.insert(w2_pairs_per_pass(rows, 2, 8));
+  for (auto [rows, top_k, experts] : {std::tuple<int64_t, int64_t, int64_t>{5, 4, 16}, {1, 3, 12}, {7, 3, 12}, {4, 8, 10},
+                                      {40, 8, 16}, {1, 8, 8}, {8, 8, 8}})
+    used.insert(w2_pairs_per_pass(rows, top_k, experts));
+  EXPECT_EQ((std::set<int>{1, 2, 4}), used) << "MatchesCpu's shapes should reach every pair count";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4),
