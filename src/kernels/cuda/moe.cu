@@ -6,6 +6,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/pass_size.h"
 #include "kernels/cuda/quant_core.cuh"
 
 namespace moet::cuda {
@@ -232,22 +233,25 @@ void moe_quant_products_rows(const MoeArgs& a, unsigned max_active, cudaStream_t
       dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
 }
 
-// Rows per pass: the batch rounded up to a power of two (at most kMaxRows); an expert gets at
-// most one item per row, so one pass covers it, and decode keeps few accumulators.
 template <int kBits>
 void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
-  if (a.rows <= 1) {
-    moe_quant_products_rows<kBits, 1>(a, max_active, stream);
-  } else if (a.rows <= 2) {
-    moe_quant_products_rows<kBits, 2>(a, max_active, stream);
-  } else if (a.rows <= 4) {
-    moe_quant_products_rows<kBits, 4>(a, max_active, stream);
-  } else {
-    moe_quant_products_rows<kBits, kMaxRows>(a, max_active, stream);
+  switch (moe_quant_rows_per_pass(a.rows, a.top_k, a.experts)) {
+    case 1: moe_quant_products_rows<kBits, 1>(a, max_active, stream); break;
+    case 2: moe_quant_products_rows<kBits, 2>(a, max_active, stream); break;
+    case 4: moe_quant_products_rows<kBits, 4>(a, max_active, stream); break;
+    default: moe_quant_products_rows<kBits, kMaxRows>(a, max_active, stream); break;
   }
 }
 
 }  // namespace
+
+int moe_quant_rows_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
+  // Relative time of one pass with 1, 2, 4 or 8 rows, measured at batch 1 on the H200 with the
+  // count forced: DeepSeek-V3 experts 1 : 1.01 : 1.10 : 1.69, Qwen3-235B's 1 : 1.14 : 1.33 : 2.07
+  // (bench/results/cuda_h200_session6_pairs.txt); the means here.
+  static constexpr PassSize kOptions[] = {{1, 1.0}, {2, 1.07}, {4, 1.2}, {kMaxRows, 1.9}};
+  return best_pass_items(rows, top_k, experts, kOptions, 4);
+}
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;

@@ -75,4 +75,8 @@ struct MoeArgs {
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);
 
+// Activation rows per pass of the MXFP4 expert kernels (CUDA cores): 1, 2, 4 or 8, chosen by
+// best_pass_items (pass_size.h); 1 for decode batches over many experts.
+int moe_quant_rows_per_pass(int64_t rows, int64_t top_k, int64_t experts);
+
 }  // namespace moet::cuda

@@ -23,12 +23,12 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
+#include "kernels/cuda/pass_size.h"
 #include "kernels/cuda/streaming_load.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 #include "kernels/cuda/w2_tiles.h"
 
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 #include <utility>
 
@@ -412,29 +412,15 @@ void w2_products(const MoeArgs& a, cudaStream_t stream) {
                                                        dim3(kWarpsPerBlock * 32), 0, 1, stream, a);
 }
 
-// Relative time of one pass over an expert's weights with 1, 2 or 4 item pairs (the product
-// kernels' MMAs and scaling grow with the pairs, their loads and decode do not), measured at batch
-// 1 on the H200 with the pair count forced: DeepSeek-V3 experts 1 : 1.30 : 1.95, Qwen3-235B's
-// 1 : 1.23 : 1.81 (bench/results/cuda_h200_session6_pairs.txt).
-constexpr double kPassCost[3] = {1.0, 1.3, 1.9};
-
 }  // namespace
 
 int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
-  const double p = std::min(1.0, double(top_k) / double(std::max<int64_t>(experts, 1)));
-  if (double(rows) * p >= 32) return 4;  // full passes at any pair count
-  // Expected passes per expert, E[ceil(n / 2P)], with n ~ Binomial(rows, p).
-  double passes[3] = {0, 0, 0};
-  double pmf = p >= 1 ? 0 : std::pow(1 - p, double(rows));  // P(n = 0): 1 - p >= 1 / experts, rows < 32 / p
-  for (int64_t n = 0; n <= rows; ++n) {
-    const double weight = p >= 1 ? (n == rows ? 1 : 0) : pmf;
-    for (int i = 0; i < 3; ++i) passes[i] += weight * double((n + (2 << i) - 1) / (2 << i));
-    if (p < 1) pmf *= double(rows - n) / double(n + 1) * p / (1 - p);
-  }
-  int best = 0;
-  for (int i = 1; i < 3; ++i)
-    if (passes[i] * kPassCost[i] < passes[best] * kPassCost[best]) best = i;
-  return 1 << best;
+  // Relative time of one pass with 1, 2 or 4 item pairs (the product kernels' MMAs and scaling
+  // grow with the pairs, their loads and decode do not), measured at batch 1 on the H200 with
+  // the pair count forced: DeepSeek-V3 experts 1 : 1.30 : 1.95, Qwen3-235B's 1 : 1.23 : 1.81
+  // (bench/results/cuda_h200_session6_pairs.txt).
+  static constexpr PassSize kOptions[] = {{2, 1.0}, {4, 1.3}, {8, 1.9}};
+  return best_pass_items(rows, top_k, experts, kOptions, 3) / 2;
 }
 
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {

@@ -8,10 +8,8 @@
 namespace moet::cuda {
 
 // Item pairs per pass of the product kernels (1, 2 or 4; a pass covers one expert's weights once
-// for up to 2 * pairs of its items): the count with the least expected time for a batch of `rows`
-// when each row's items go to top_k of `experts` uniformly at random, so an expert's item count is
-// Binomial(rows, top_k / experts) and it takes ceil(n / (2 * pairs)) passes. Decode batches get
-// 1 (most active experts have one item), large batches 4.
+// for up to 2 * pairs of its items), chosen by best_pass_items (pass_size.h): 1 for decode batches
+// over many experts (most active experts get one item), 4 for large batches.
 int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts);
 
 // Scratch sizes of the W2 fields of MoeArgs for a batch of `rows` (moe.h).

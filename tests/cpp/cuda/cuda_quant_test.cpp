@@ -10,7 +10,6 @@
 
 #include <numeric>
 #include <set>
-#include <tuple>
 
 namespace moet::test {
 namespace {
@@ -59,43 +58,54 @@ void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "run to run";
 }
 
+struct MoeShape {
+  int64_t experts, top_k, hidden, inner, rows;
+};
+// Batch sizes 1 to 64 over 8 experts and more (every pass size of both kernels), hidden / inner
+// with a lane's extra block, top-8 with many experts active, 320 items (more than the grouping
+// block has threads), and DeepSeek-V3's expert shape with all experts active: long tiles, some
+// covered by one warp alone, some shared by several (the persistent W2 kernels' two ways of
+// finishing a tile).
+constexpr MoeShape kMoeShapes[] = {
+    {8, 2, 64, 32, 1}, {8, 2, 64, 32, 2},  {8, 2, 64, 32, 3},  {8, 2, 64, 32, 4},     {8, 2, 64, 32, 5},
+    {8, 2, 64, 32, 8}, {8, 2, 64, 32, 20}, {4, 2, 64, 32, 64}, {16, 4, 256, 96, 5},   {12, 3, 2080, 1056, 1},
+    {12, 3, 2080, 1056, 7}, {10, 8, 512, 64, 4}, {16, 8, 256, 96, 40}, {8, 8, 7168, 2048, 1}, {8, 8, 7168, 2048, 8},
+};
+
 class CudaQuantMoe : public ::testing::TestWithParam<ExpertFormat> {};
 
 TEST_P(CudaQuantMoe, MatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
   const ExpertFormat f = GetParam();
-  for (int64_t rows : {1, 2, 3, 4, 5, 8, 20}) check_quant_moe(f, 8, 2, 64, 32, rows);
-  check_quant_moe(f, 16, 4, 256, 96, 5);
-  check_quant_moe(f, 12, 3, 2080, 1056, 1);   // 65 and 33 blocks per row: one lane takes an extra block
-  check_quant_moe(f, 12, 3, 2080, 1056, 7);
-  check_quant_moe(f, 10, 8, 512, 64, 4);      // top-8: many experts active
-  check_quant_moe(f, 16, 8, 256, 96, 40);     // 320 items: more than the grouping block has threads
-  // DeepSeek-V3's expert shape, all experts active: long tiles, some covered by one warp alone,
-  // some shared by several (the persistent W2 kernels' two ways of finishing a tile).
-  check_quant_moe(f, 8, 8, 7168, 2048, 1);
-  check_quant_moe(f, 8, 8, 7168, 2048, 8);
+  for (const MoeShape& s : kMoeShapes) check_quant_moe(f, s.experts, s.top_k, s.hidden, s.inner, s.rows);
 }
 
-// The W2 pass size follows the expected items per expert: one pair at decode with many experts
-// (most active experts get one item), more when experts are few or batches large. Host code: runs
-// without a GPU. MatchesCpu's shapes reach every pair count the kernels are compiled for.
-TEST(CudaQuantMoe, PairsPerPassFollowTheItemsPerExpert) {
+// The pass sizes follow the expected items per expert: one item (pair) per pass at decode with
+// many experts, where most active experts get one item; more when experts are few or batches
+// large. Host code: runs without a GPU.
+TEST(CudaQuantMoe, PassSizesFollowTheItemsPerExpert) {
+  using cuda::moe_quant_rows_per_pass;
   using cuda::w2_pairs_per_pass;
-  for (int64_t rows : {1, 2, 4, 8, 16}) {
-    EXPECT_EQ(1, w2_pairs_per_pass(rows, 8, 256)) << "DeepSeek-V3 decode, rows " << rows;
-    EXPECT_EQ(1, w2_pairs_per_pass(rows, 8, 128)) << "Qwen3-235B decode, rows " << rows;
+  for (int64_t rows : {1, 2, 4, 8}) {
+    for (int64_t experts : {128, 256}) {  // Qwen3-235B and DeepSeek-V3, top-8
+      EXPECT_EQ(1, w2_pairs_per_pass(rows, 8, experts)) << "rows " << rows << " of " << experts << " experts";
+      EXPECT_EQ(1, moe_quant_rows_per_pass(rows, 8, experts)) << "rows " << rows << " of " << experts << " experts";
+    }
   }
-  EXPECT_EQ(2, w2_pairs_per_pass(32, 8, 128));  // 2 items per expert on average
-  EXPECT_EQ(1, w2_pairs_per_pass(1, 8, 8));     // one item per expert, however many experts are active
-  EXPECT_EQ(4, w2_pairs_per_pass(8, 8, 8));     // every expert gets all 8 rows
-  EXPECT_EQ(4, w2_pairs_per_pass(512, 8, 128)); // prefill: 32 items per expert on average
-  EXPECT_EQ(2, w2_pairs_per_pass(8, 2, 8));     // Mixtral-like decode batch: 2 items per expert
-  std::set<int> used;
-  for (int64_t rows : {1, 2, 3, 4, 5, 8, 20}) used.insert(w2_pairs_per_pass(rows, 2, 8));
-  for (auto [rows, top_k, experts] : {std::tuple<int64_t, int64_t, int64_t>{5, 4, 16}, {1, 3, 12}, {7, 3, 12}, {4, 8, 10},
-                                      {40, 8, 16}, {1, 8, 8}, {8, 8, 8}})
-    used.insert(w2_pairs_per_pass(rows, top_k, experts));
-  EXPECT_EQ((std::set<int>{1, 2, 4}), used) << "MatchesCpu's shapes should reach every pair count";
+  EXPECT_EQ(1, w2_pairs_per_pass(1, 8, 8));  // batch 1: one item per expert, however many are active
+  EXPECT_EQ(1, moe_quant_rows_per_pass(1, 8, 8));
+  EXPECT_GT(w2_pairs_per_pass(8, 8, 8), 1);  // every expert gets all 8 rows
+  EXPECT_GT(moe_quant_rows_per_pass(8, 8, 8), 1);
+  EXPECT_EQ(4, w2_pairs_per_pass(512, 8, 128));  // prefill: 32 items per expert on average
+  EXPECT_EQ(8, moe_quant_rows_per_pass(512, 8, 128));
+  // MatchesCpu's shapes reach every pass size the kernels are compiled for.
+  std::set<int> pairs, rows_per_pass;
+  for (const MoeShape& s : kMoeShapes) {
+    pairs.insert(w2_pairs_per_pass(s.rows, s.top_k, s.experts));
+    rows_per_pass.insert(moe_quant_rows_per_pass(s.rows, s.top_k, s.experts));
+  }
+  EXPECT_EQ((std::set<int>{1, 2, 4}), pairs);
+  EXPECT_EQ((std::set<int>{1, 2, 4, 8}), rows_per_pass);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4),
