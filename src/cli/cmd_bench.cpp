@@ -1,23 +1,25 @@
 // `moet bench`: decode throughput of a model on the CPU or a GPU (--device; a folder, or a
 // config.json with random weights and optionally fewer layers, so full-size shapes fit in memory)
 // next to the copy bandwidth of the memory it computes from, measured by the backend in the same
-// run. Bytes read per decode token = every weight except the embedding table, with routed experts
-// counted top_k / n_experts (what one token reads); achieved bandwidth = that times tokens/s; the
-// ratio to the backend's copy bandwidth (a STREAM-like multi-threaded copy on the CPU, a
-// device-to-device copy on the GPU; bytes read + written) says how close decode is to the memory
-// roofline.
+// run. Bytes read per decode step = every weight except the embedding table, with routed experts
+// counted by the share of them the step's tokens reach: top_k / n_experts at batch 1 (what one
+// token reads), 1 - (1 - top_k / n_experts)^batch expected under uniform routing at larger
+// batches; achieved bandwidth = that times steps/s; the ratio to the backend's copy bandwidth (a
+// STREAM-like multi-threaded copy on the CPU, a device-to-device copy on the GPU; bytes read +
+// written) says how close decode is to the memory roofline.
 //
-// One sequence: the prompt is prefilled, then the same decode steps (positions prompt ..
-// prompt + decode - 1, greedy tokens fixed by the first pass) run in passes over one KV cache:
+// --batch sequences (default 1), each with its own prompt, are prefilled one by one, then the same
+// decode steps (positions prompt .. prompt + decode - 1, one token of every sequence per step,
+// greedy tokens fixed by the first pass) run in passes over one KV cache:
 // with CUDA graphs on (cuda, --cuda-graphs on), a first pass captures the graphs, a second is
 // timed (decode_tokens_per_s) and an eager pass with graphs off is timed next to it
 // (decode_tokens_per_s_graphs_off), whose logits must be bit-identical to the graph pass's;
 // otherwise one eager pass is timed. --profile (or MOET_CUDA_PROFILE=1) adds an eager pass with
-// the backend's per-op profile on: a table on stderr and "profile" in the JSON.
+// the backend's per-op profile on: a table on stderr and "profile" in the JSON, per decode step.
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "engine/single_sequence.h"
+#include "engine/sequence_batch.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
 
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +44,7 @@ struct BenchFlags {
   ExpertOptions experts;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
+  int64_t batch = 1;
   double copy_gib = 1.0;
   bool profile = false;
   std::string json_out;
@@ -64,15 +68,15 @@ struct DecodePass {
 void write_profile_table(const nlohmann::json& profile) {
   std::fprintf(stderr, "\nper-op profile: eager decode, %lld steps (%s)\n", static_cast<long long>(profile["steps"]),
                profile["clock"].get<std::string>().c_str());
-  std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/token", "us/token", "share");
+  std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/step", "us/step", "share");
   for (const auto& op : profile["ops"])
     std::fprintf(stderr, "%-44s %12.2f %12.2f %7.1f%%\n", op["op"].get<std::string>().c_str(),
-                 op["calls_per_token"].get<double>(), op["us_per_token"].get<double>(), 100.0 * op["share"].get<double>());
-  std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", profile["total_us_per_token"].get<double>(), 100.0);
+                 op["calls_per_step"].get<double>(), op["us_per_step"].get<double>(), 100.0 * op["share"].get<double>());
+  std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", profile["total_us_per_step"].get<double>(), 100.0);
   for (const char* key : {"decode_step_us", "decode_step_us_graphs_off"})
     if (profile.contains(key))
       std::fprintf(stderr, "%-44s %12s %12.2f\n",
-                   std::strcmp(key, "decode_step_us") == 0 ? "decode step as timed (1 / tokens/s)"
+                   std::strcmp(key, "decode_step_us") == 0 ? "decode step as timed (1 / steps/s)"
                                                            : "decode step with graphs off",
                    "", profile[key].get<double>());
 }
@@ -102,31 +106,40 @@ void run(const BenchFlags& flags) {
   }
   const ModelConfig& mc = model->config();
   const int64_t vocab = mc.vocab_size;
-  const double routed_share = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
-  const double bytes_per_token =
+  const int64_t batch = flags.batch;
+  const double picked = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
+  const double routed_share = 1.0 - std::pow(1.0 - std::min(1.0, picked), double(batch));
+  const double bytes_per_step =
       double(stats.bytes - stats.embedding_bytes - stats.routed_bytes) + double(stats.routed_bytes) * routed_share;
 
+  // Sequence s's prompt: token i is (i * 7919 + s * 104729) mod vocab, so the sequences differ.
   const int64_t prompt_len = flags.prompt_tokens, steps = flags.decode_tokens;
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < prompt_len; ++i) tokens.push_back(int32_t((i * 7919) % vocab));
-  SingleSequence sequence(*model, prompt_len + steps, kBlockSize);
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < prompt_len; ++i) tokens[size_t(s)].push_back(int32_t((i * 7919 + s * 104729) % vocab));
+  SequenceBatch sequences(*model, batch, prompt_len + steps, kBlockSize);
   auto start = std::chrono::steady_clock::now();
-  const std::vector<float> prompt_logits =
-      sequence.forward(*model, tokens, 0, prompt_len, {int32_t(prompt_len - 1)});
+  for (int64_t s = 0; s < batch; ++s) {
+    const std::vector<float> logits = sequences.prefill(*model, s, tokens[size_t(s)], 0, prompt_len);
+    tokens[size_t(s)].push_back(argmax(logits.data(), vocab));
+  }
   const double prefill_seconds = seconds_since(start);
-  tokens.push_back(argmax(prompt_logits.data(), vocab));
 
   // Decode steps at positions prompt_len .. prompt_len + steps - 1; the first pass appends the
   // greedy tokens, later passes feed the same ones (and rewrite the same KV slots).
   const auto pass = [&](bool graphs_on, bool keep_logits) {
     backend->set_graphs(graphs_on);
     DecodePass result;
-    if (keep_logits) result.logits.reserve(size_t(steps * vocab));
+    if (keep_logits) result.logits.reserve(size_t(steps * batch * vocab));
     const auto begin = std::chrono::steady_clock::now();
+    std::vector<int32_t> step_tokens(static_cast<size_t>(batch));
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t pos = prompt_len + i;
-      const std::vector<float> logits = sequence.forward(*model, tokens, pos, pos + 1, {0}, true);
-      if (int64_t(tokens.size()) == pos + 1) tokens.push_back(argmax(logits.data(), vocab));
+      for (int64_t s = 0; s < batch; ++s) step_tokens[size_t(s)] = tokens[size_t(s)][size_t(pos)];
+      const std::vector<float> logits = sequences.decode(*model, step_tokens, pos);
+      for (int64_t s = 0; s < batch; ++s)
+        if (int64_t(tokens[size_t(s)].size()) == pos + 1)
+          tokens[size_t(s)].push_back(argmax(logits.data() + s * vocab, vocab));
       if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
     result.seconds = seconds_since(begin);
@@ -140,38 +153,40 @@ void run(const BenchFlags& flags) {
       {"backend", backend->name()},
       {"experts", flags.experts.experts},
       {"weights_gb", double(stats.bytes) / 1e9},
-      {"bytes_per_decode_token", bytes_per_token},
-      {"prefill_tokens_per_s", double(prompt_len) / prefill_seconds},
+      {"batch", batch},
+      {"bytes_per_decode_step", bytes_per_step},
+      {"bytes_per_decode_token", bytes_per_step / double(batch)},
+      {"prefill_tokens_per_s", double(batch * prompt_len) / prefill_seconds},
       {"decode_steps", steps},
       {"copy_gb_per_s", copy_gbs},
       {"cuda_graphs", graphs ? "on" : "off"},
   };
-  double decode_tps = 0.0, eager_tps = 0.0;
+  double steps_per_s = 0.0, eager_steps_per_s = 0.0;
   if (graphs) {
-    const DecodePass first = pass(true, true);  // captures every (batch 1, context bucket) graph
+    const DecodePass first = pass(true, true);  // captures every (batch, context bucket) graph
     const DecodePass timed = pass(true, true);
     const DecodePass eager = pass(false, true);
-    decode_tps = double(steps) / timed.seconds;
-    eager_tps = double(steps) / eager.seconds;
+    steps_per_s = double(steps) / timed.seconds;
+    eager_steps_per_s = double(steps) / eager.seconds;
     const auto same = [](const DecodePass& a, const DecodePass& b) {
       return a.logits.size() == b.logits.size() &&
              std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
     };
     const GraphStats gs = backend->graph_stats();
-    report["decode_tokens_per_s_first_graph_pass"] = double(steps) / first.seconds;
-    report["decode_tokens_per_s_graphs_off"] = eager_tps;
-    report["decode_gb_per_s_graphs_off"] = bytes_per_token * eager_tps / 1e9;
-    report["decode_fraction_of_copy_graphs_off"] = bytes_per_token * eager_tps / 1e9 / copy_gbs;
-    report["graph_speedup"] = decode_tps / eager_tps;
+    report["decode_tokens_per_s_first_graph_pass"] = double(batch * steps) / first.seconds;
+    report["decode_tokens_per_s_graphs_off"] = double(batch) * eager_steps_per_s;
+    report["decode_gb_per_s_graphs_off"] = bytes_per_step * eager_steps_per_s / 1e9;
+    report["decode_fraction_of_copy_graphs_off"] = bytes_per_step * eager_steps_per_s / 1e9 / copy_gbs;
+    report["graph_speedup"] = steps_per_s / eager_steps_per_s;
     report["graph_logits_identical"] = same(first, timed) && same(timed, eager);
     report["graph_captures"] = gs.captures;
     report["graph_replays"] = gs.replays;
     report["graph_failures"] = gs.failures;
   } else {
-    decode_tps = double(steps) / pass(false, false).seconds;
+    steps_per_s = double(steps) / pass(false, false).seconds;
   }
-  const double achieved_gbs = bytes_per_token * decode_tps / 1e9;
-  report["decode_tokens_per_s"] = decode_tps;
+  const double achieved_gbs = bytes_per_step * steps_per_s / 1e9;
+  report["decode_tokens_per_s"] = double(batch) * steps_per_s;
   report["decode_gb_per_s"] = achieved_gbs;
   report["decode_fraction_of_copy"] = achieved_gbs / copy_gbs;
 
@@ -186,16 +201,16 @@ void run(const BenchFlags& flags) {
     nlohmann::json rows = nlohmann::json::array();
     for (const OpProfile& op : ops)
       rows.push_back({{"op", op.op},
-                      {"calls_per_token", double(op.calls) / double(steps)},
-                      {"us_per_token", op.seconds * 1e6 / double(steps)},
+                      {"calls_per_step", double(op.calls) / double(steps)},
+                      {"us_per_step", op.seconds * 1e6 / double(steps)},
                       {"share", total > 0.0 ? op.seconds / total : 0.0}});
     nlohmann::json p = {{"steps", steps},
                         {"clock", flags.device.device == "cuda" ? "GPU time between CUDA events, each op gated"
                                                                  : "host wall time per op"},
                         {"ops", rows},
-                        {"total_us_per_token", total * 1e6 / double(steps)},
-                        {"decode_step_us", 1e6 / decode_tps}};
-    if (graphs) p["decode_step_us_graphs_off"] = 1e6 / eager_tps;
+                        {"total_us_per_step", total * 1e6 / double(steps)},
+                        {"decode_step_us", 1e6 / steps_per_s}};
+    if (graphs) p["decode_step_us_graphs_off"] = 1e6 / eager_steps_per_s;
     write_profile_table(p);
     report["profile"] = p;
   }
@@ -220,6 +235,9 @@ void register_bench(CLI::App& app, Actions& actions) {
   flags->experts.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
+  sub->add_option("--batch", flags->batch,
+                  "sequences decoded together, one token each per step (tokens/s counts all of them)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);
   sub->add_flag("--profile", flags->profile,
                 "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "

@@ -1,6 +1,7 @@
 // Helpers for running one sequence through Model::forward outside the scheduler (generate,
-// score): the KV blocks a sequence of known length needs, and the batch of its rows
-// [begin, end) whose K/V go to the slots its block table gives.
+// score, bench): the KV blocks a sequence of known length needs, and the batch of its rows
+// [begin, end) whose K/V go to the slots its block table gives (several sequences side by side:
+// sequence_batch.h).
 #pragma once
 
 #include "kv/block_pool.h"
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace moet {
+
+// Appends to `batch` the row of token `token` at position `pos` of sequence `seq`, whose KV
+// blocks `table` lists.
+void add_row(ForwardBatch& batch, const std::vector<int32_t>& table, int64_t block_size, int32_t token, int64_t pos,
+             int32_t seq);
 
 struct SingleSequence {
   KvBlockPool pool;

@@ -31,11 +31,11 @@ def test_bench_profile(run_moet, tmp_path):
     profile = report["profile"]
     assert profile["steps"] == 4
     ops = {op["op"]: op for op in profile["ops"]}
-    assert ops["attention"]["calls_per_token"] == 3  # one per layer
-    assert ops["matmul[n=512,k=64]"]["calls_per_token"] == 1  # the LM head
-    assert ops["moe_experts"]["calls_per_token"] == 2
+    assert ops["attention"]["calls_per_step"] == 3  # one per layer
+    assert ops["matmul[n=512,k=64]"]["calls_per_step"] == 1  # the LM head
+    assert ops["moe_experts"]["calls_per_step"] == 2
     assert abs(sum(op["share"] for op in profile["ops"]) - 1.0) < 1e-9
-    assert abs(sum(op["us_per_token"] for op in profile["ops"]) - profile["total_us_per_token"]) < 1e-6
+    assert abs(sum(op["us_per_step"] for op in profile["ops"]) - profile["total_us_per_step"]) < 1e-6
     assert "per-op profile" in stderr and "sum of ops" in stderr and "moe_experts" in stderr
 
 
@@ -43,3 +43,22 @@ def test_cuda_graphs_flag_is_validated(run_moet, tmp_path):
     result = run_moet("bench", "--config", FIXTURES / "qwen3_moe" / "config.json", "--cuda-graphs", "maybe")
     assert result.returncode != 0
     assert "--cuda-graphs" in result.stderr
+
+
+def test_bench_batch(run_moet, tmp_path):
+    one, _ = bench(run_moet, tmp_path)
+    three, _ = bench(run_moet, tmp_path, "--batch", 3, "--profile")
+    assert one["batch"] == 1 and three["batch"] == 3
+    # A step of three tokens reaches more experts than a step of one, and each token's share of
+    # the step's bytes is smaller.
+    assert three["bytes_per_decode_step"] > one["bytes_per_decode_step"] == one["bytes_per_decode_token"]
+    assert three["bytes_per_decode_token"] < one["bytes_per_decode_token"]
+    assert three["decode_tokens_per_s"] > 0 and three["decode_steps"] == 4
+    ops = {op["op"]: op for op in three["profile"]["ops"]}
+    assert ops["attention"]["calls_per_step"] == 3  # one per layer, whatever the batch
+
+
+def test_bench_batch_must_be_positive(run_moet, tmp_path):
+    result = run_moet("bench", "--config", FIXTURES / "qwen3_moe" / "config.json", "--batch", 0)
+    assert result.returncode != 0
+    assert "--batch" in result.stderr
