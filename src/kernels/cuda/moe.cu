@@ -250,7 +250,7 @@ int moe_quant_rows_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
   // count forced: DeepSeek-V3 experts 1 : 1.01 : 1.10 : 1.69, Qwen3-235B's 1 : 1.14 : 1.33 : 2.07
   // (bench/results/cuda_h200_session6_pairs.txt); the means here.
   static constexpr PassSize kOptions[] = {{1, 1.0}, {2, 1.07}, {4, 1.2}, {kMaxRows, 1.9}};
-  return best_pass_items(rows, top_k, experts, kOptions, 4);
+  return best_pass_items(rows, top_k, experts, kOptions);
 }
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {

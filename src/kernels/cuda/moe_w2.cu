@@ -420,7 +420,7 @@ int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
   // the pair count forced: DeepSeek-V3 experts 1 : 1.30 : 1.95, Qwen3-235B's 1 : 1.23 : 1.81
   // (bench/results/cuda_h200_session6_pairs.txt).
   static constexpr PassSize kOptions[] = {{2, 1.0}, {4, 1.3}, {8, 1.9}};
-  return best_pass_items(rows, top_k, experts, kOptions, 3) / 2;
+  return best_pass_items(rows, top_k, experts, kOptions) / 2;
 }
 
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {
