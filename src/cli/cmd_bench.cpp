@@ -236,8 +236,8 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--batch", flags->batch,
-                  "sequences decoded together, one token each per step (tokens/s counts all of them)")
-      ->check(CLI::PositiveNumber);
+                  "sequences decoded together, one token each per step (tokens/s counts all of them; 1 to 1024)")
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);
   sub->add_flag("--profile", flags->profile,
                 "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "

@@ -58,7 +58,8 @@ def test_bench_batch(run_moet, tmp_path):
     assert ops["attention"]["calls_per_step"] == 3  # one per layer, whatever the batch
 
 
-def test_bench_batch_must_be_positive(run_moet, tmp_path):
-    result = run_moet("bench", "--config", FIXTURES / "qwen3_moe" / "config.json", "--batch", 0)
-    assert result.returncode != 0
-    assert "--batch" in result.stderr
+def test_bench_batch_is_range_checked(run_moet, tmp_path):
+    for batch in (0, 1025):
+        result = run_moet("bench", "--config", FIXTURES / "qwen3_moe" / "config.json", "--batch", batch)
+        assert result.returncode != 0
+        assert "--batch" in result.stderr
