@@ -1,10 +1,11 @@
 // The W2 and MXFP4 routed-expert kernels against the CPU backend (kernels/cpu/w2_matmul.h) on
 // random codes and scales: every code value, scale bytes around 127 plus the subnormal byte 0,
-// batch sizes 1 to 40 (each rows-per-pass specialisation, experts with more rows than one pass,
-// more items than the grouping block has threads), hidden/inner multiples of 32 that leave lanes
-// idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results agree
-// within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU). Skips
-// with a message when no GPU is visible.
+// batch sizes 1 to 64 (every pass size that pass_size.h can pick, experts with more rows than one
+// pass, more items than the grouping block has threads), hidden/inner multiples of 32 that leave
+// lanes idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results
+// agree within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU).
+// GPU cases skip with a message when no GPU is visible; the pass-size choice is host code and
+// always runs.
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_w2.h"
 
