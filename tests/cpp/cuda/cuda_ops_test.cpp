@@ -485,22 +485,46 @@ void check_router(RouterParams params, const std::vector<float>& logits, int64_t
   EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float))) << "run to run";
 }
 
+// Values with many ties: random logits rounded to quarters (equal scores, equal group scores).
+std::vector<float> tied_floats(size_t n, uint64_t seed) {
+  auto v = random_floats(n, seed);
+  for (auto& x : v) x = std::round(x * 4.0f) / 4.0f;
+  return v;
+}
+
+// Logits of -inf but about one in 23: softmax probabilities of exactly 0 fill the top 8 (ties
+// to the lower index).
+std::vector<float> mostly_minus_inf(size_t n, uint64_t seed) {
+  auto v = random_floats(n, seed);
+  for (size_t i = 0; i < n; ++i)
+    if (i % 23 != 0) v[i] = -INFINITY;
+  return v;
+}
+
 TEST(CudaOps, RoutersMatchCpu) {
   MOET_SKIP_WITHOUT_GPU();
-  for (int64_t rows : {1, 7, 37}) {  // one warp per row, four rows per block: partial blocks too
+  for (int64_t rows : {1, 7, 37, 300}) {  // one block per row; prefill-sized batches too
     check_router({128, 8, false, true, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 128), 50), rows, {});
     check_router({60, 4, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 60), 51), rows, {});
     check_router({256, 8, true, true, 2.5f, 8, 4, nullptr}, random_floats(size_t(rows * 256), 52), rows,
                  random_floats(256, 53, 0.1f));  // DeepSeek-V3
+    check_router({256, 8, true, true, 2.5f, 8, 4, nullptr}, tied_floats(size_t(rows * 256), 59), rows,
+                 std::vector<float>(256, 0.0f));  // ties among experts and among group scores
   }
   const int64_t rows = 7;
   check_router({64, 6, true, true, 1.0f, 8, 3, nullptr}, std::vector<float>(size_t(rows * 64), 0.5f), rows,
                std::vector<float>(64, 0.0f));  // all tied: lowest indices
   check_router({1024, 64, false, false, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 1024), 54), rows, {});
   check_router({1024, 16, true, true, 1.0f, 64, 40, nullptr}, random_floats(size_t(rows * 1024), 55), rows,
-               random_floats(1024, 56, 0.1f));  // two groups per lane
+               random_floats(1024, 56, 0.1f));  // 64 groups of 16
   check_router({160, 6, true, false, 16.0f, 8, 3, nullptr}, random_floats(size_t(rows * 160), 57), rows,
                random_floats(160, 58, 0.1f));  // groups of 20
+  check_router({128, 1, false, true, 1.0f, 1, 1, nullptr}, random_floats(size_t(rows * 128), 60), rows, {});
+  check_router({128, 8, false, true, 1.0f, 1, 1, nullptr}, mostly_minus_inf(size_t(rows * 128), 61), rows, {});
+  check_router({200, 40, true, true, 1.0f, 8, 2, nullptr}, random_floats(size_t(rows * 200), 62), rows,
+               random_floats(200, 63, 0.1f));  // groups of 25, top_k over a warp's 32
+  check_router({64, 8, true, false, 1.0f, 16, 1, nullptr}, random_floats(size_t(rows * 64), 64), rows,
+               random_floats(64, 65, 0.1f));  // one group of 4 kept: 4 dropped (-inf) experts chosen too
 }
 
 void check_moe(int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {
