@@ -2,7 +2,8 @@
 // to the device-to-device copy bandwidth measured in the same run: rmsnorm of hidden rows, the
 // fused residual add + rmsnorm next to the two launches it replaces (add, rmsnorm), the GQA
 // attention prologue qk_norm_rope next to the four it replaces (per-head rmsnorm of q and k, rope
-// of q and k), and rope at an offset (MLA's q), at rows 1 and 8 on Qwen3-235B (hidden 4096, 64 q /
+// of q and k), the prologue with the KV write (qk_norm_rope_kv_write) next to qk_norm_rope +
+// kv_write, and rope at an offset (MLA's q), at rows 1 and 8 on Qwen3-235B (hidden 4096, 64 q /
 // 4 kv heads of 128), Mixtral (32 / 8 heads, no q/k norm) and DeepSeek-V3 (hidden 7168; 128 heads
 // rotating 64 of 192) shapes. Two times per call: "gated" is the GPU time of the call's ops alone
 // as `moet bench --profile` measures them (each op held behind a gate until enqueued, CUDA events
@@ -155,6 +156,15 @@ void bench_prologue(NormBench& bench, const std::string& model, int64_t q_heads,
     }
     b.rope(table, q, q_heads, head_dim, 0);
     b.rope(table, k, k_heads, head_dim, 0);
+  });
+  KvLayerCache cache = b.alloc_kv(1, 16, k_heads, head_dim, head_dim, false);  // the step's slots 0..rows-1
+  const Tensor v = bench.random({rows, k_heads * head_dim});
+  const double kv_floats = floats + double(3 * rows * k_heads * head_dim);  // v read, k and v written
+  bench.run("qk_norm_rope_kv_write " + model, step, kv_floats, k,
+            [&] { b.qk_norm_rope_kv_write(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm, kEps, v, cache); });
+  bench.run("  unfused: qk_norm_rope, kv_write", step, kv_floats, k, [&] {
+    b.qk_norm_rope(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm, kEps);
+    b.kv_write(cache, k, &v);
   });
 }
 

@@ -177,6 +177,16 @@ class Backend {
                             int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps) = 0;
   // Writes row t of k (and v) into KV slot step.slots[t].
   virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) = 0;
+  // The GQA prologue and KV write as one op: qk_norm_rope(), then row t of the normalised and
+  // roped k and of v [rows, k_heads * head_dim] into KV slot step.slots[t] of `cache` (k_heads
+  // heads of head_dim, V not aliasing K). Same results (q and k in place, the cache) as the two
+  // calls, which this default makes; the CUDA backend runs it as one launch.
+  virtual void qk_norm_rope_kv_write(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                                     int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                     const Tensor& v, KvLayerCache& cache) {
+    qk_norm_rope(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm, eps);
+    kv_write(cache, k, &v);
+  }
   // Causal attention of the step's rows over the cache (see kernels/cpu/attention.h).
   virtual void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride,
                          float scale, Tensor& out) = 0;

@@ -1,6 +1,7 @@
 // Grouped-query attention block: q/k/v projections (optional biases), optional per-head q/k
 // RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of each head (partial
-// rotary for GLM), paged causal attention, output projection (optional bias).
+// rotary for GLM) fused with the KV write of k and v (one op), paged causal attention, output
+// projection (optional bias).
 #include "models/blocks.h"
 
 #include "models/rope_table.h"
@@ -47,8 +48,7 @@ class GqaAttention final : public AttentionBlock {
     b.matmul(x, q_, &q_bias_, q);
     b.matmul(x, k_, &k_bias_, k);
     b.matmul(x, v_, &v_bias_, v);
-    b.qk_norm_rope(rope_, q, heads_, k, kv_heads_, head_dim_, q_norm_, k_norm_, eps_);
-    b.kv_write(cache, k, &v);
+    b.qk_norm_rope_kv_write(rope_, q, heads_, k, kv_heads_, head_dim_, q_norm_, k_norm_, eps_, v, cache);
     Tensor attn = b.alloc({rows, heads_ * head_dim_});
     b.attention(cache, q, heads_, head_dim_, scale_, attn);
     b.matmul(attn, o_, &o_bias_, out);

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <map>
 #include <type_traits>
+#include <utility>
 
 namespace moet {
 namespace {
@@ -296,17 +297,24 @@ class CudaBackend final : public Backend {
 
   void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads, int64_t head_dim,
                     const Tensor& q_norm, const Tensor& k_norm, float eps) override {
-    MOET_CHECK(2 * int64_t(table.inv_freq.size()) <= head_dim, "rope of {} values on heads of {}",
-               2 * table.inv_freq.size(), head_dim);
-    MOET_CHECK((q_norm.empty() && k_norm.empty()) || head_dim <= kHeadNormRopeMaxSpan,
-               "per-head RMSNorm over {} floats is not supported on CUDA (at most {})", head_dim, kHeadNormRopeMaxSpan);
-    const auto set = [&](Tensor& x, int64_t heads, const Tensor& norm) {
-      return HeadSet{x.as<float>(), heads, heads * head_dim, head_dim, norm.empty() ? nullptr : norm.as<float>(),
-                     head_dim, 0};
-    };
-    head_norm_rope_launch(rope_args(table), set(q, q_heads, q_norm), set(k, k_heads, k_norm), step_.rows, eps,
-                          step_ints(kPositions), stream_);
+    const auto [q_set, k_set] = prologue_sets(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm);
+    head_norm_rope_launch(rope_args(table), q_set, k_set, step_.rows, eps, step_ints(kPositions), stream_);
     check_launch("qk_norm_rope", [&] { return fmt::format("qk_norm_rope[dim={}]", head_dim); });
+  }
+
+  // One launch: the prologue's k warps also store their heads into the step's slots, and v gets
+  // warps of its own that copy it there.
+  void qk_norm_rope_kv_write(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                             int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps, const Tensor& v,
+                             KvLayerCache& cache) override {
+    const PagedKv& view = cache.view;
+    MOET_CHECK(view.kv_heads == k_heads && view.k_dim == head_dim && view.v_dim == head_dim && view.v != view.k,
+               "qk_norm_rope_kv_write: a cache of {} heads of {} / {} floats{} for {} k heads of {}", view.kv_heads,
+               view.k_dim, view.v_dim, view.v == view.k ? " (V aliasing K)" : "", k_heads, head_dim);
+    const auto [q_set, k_set] = prologue_sets(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm);
+    const KvStore store{kv_args(cache), v.as<float>(), step_slots()};
+    head_norm_rope_kv_launch(rope_args(table), q_set, k_set, store, step_.rows, eps, step_ints(kPositions), stream_);
+    check_launch("qk_norm_rope_kv_write", [&] { return fmt::format("qk_norm_rope_kv_write[dim={}]", head_dim); });
   }
 
   void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override {
@@ -421,6 +429,22 @@ class CudaBackend final : public Backend {
     args.scale = table.scale;
     args.interleaved = table.interleaved;
     return args;
+  }
+
+  // The q and k head sets of the GQA prologue: heads of head_dim floats side by side, normalised
+  // whole when a norm is given, rotated from their first float.
+  static std::pair<HeadSet, HeadSet> prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k,
+                                                   int64_t k_heads, int64_t head_dim, const Tensor& q_norm,
+                                                   const Tensor& k_norm) {
+    MOET_CHECK(2 * int64_t(table.inv_freq.size()) <= head_dim, "rope of {} values on heads of {}",
+               2 * table.inv_freq.size(), head_dim);
+    MOET_CHECK((q_norm.empty() && k_norm.empty()) || head_dim <= kHeadNormRopeMaxSpan,
+               "per-head RMSNorm over {} floats is not supported on CUDA (at most {})", head_dim, kHeadNormRopeMaxSpan);
+    const auto set = [&](Tensor& x, int64_t heads, const Tensor& norm) {
+      return HeadSet{x.as<float>(), heads, heads * head_dim, head_dim, norm.empty() ? nullptr : norm.as<float>(),
+                     head_dim, 0};
+    };
+    return {set(q, q_heads, q_norm), set(k, k_heads, k_norm)};
   }
 
   static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }

@@ -4,7 +4,12 @@
 // kernels/cpu/rope.h (rope_apply): when a set has norm weights, each head's first norm_dim floats
 // are RMS-normalised; then head[rope_offset : rope_offset + 2 * pairs] rotates by the angle of its
 // row's position, as halves (x[i], x[i + pairs]) or as interleaved pairs de-interleaved on output.
+// head_norm_rope_kv_launch also writes the step's K/V rows into a paged cache in the same launch
+// (the backend's qk_norm_rope_kv_write): the k heads' final values and a copy of v, the result of
+// kv_write_launch (attention.h) after the prologue.
 #pragma once
+
+#include "kernels/cuda/attention.h"
 
 #include <cuda_runtime_api.h>
 
@@ -36,5 +41,19 @@ struct HeadSet {
 // Both sets' heads of rows [0, rows), row t at position positions[t] (device memory).
 void head_norm_rope_launch(const RopeArgs& rope, const HeadSet& first, const HeadSet& second, int64_t rows,
                            float eps, const int32_t* positions, cudaStream_t stream);
+
+// The KV write fused into the prologue: row t's k heads (the second set, after norm and rope;
+// the cache's kv_heads heads of k_dim floats) go to slot slots[t] of cache.k, and row t of v
+// ([rows, kv_heads * v_dim], device memory) to the same slot of cache.v (not aliasing cache.k).
+struct KvStore {
+  PagedKvArgs cache{};
+  const float* v = nullptr;
+  const int64_t* slots = nullptr;  // [rows] (device memory)
+};
+
+// head_norm_rope_launch(rope, q, k, ...), then cache slot slots[t] <- row t of k and of v, in one
+// launch; k.heads == kv.cache.kv_heads and each k head's rotated span lies inside its k_dim floats.
+void head_norm_rope_kv_launch(const RopeArgs& rope, const HeadSet& q, const HeadSet& k, const KvStore& kv,
+                              int64_t rows, float eps, const int32_t* positions, cudaStream_t stream);
 
 }  // namespace moet::cuda

@@ -1,10 +1,11 @@
 // The CUDA backend's norm ops against the CPU backend: rmsnorm (one warp per group: per-head
 // widths 128 x 64 heads, 96; one block per group: 2048 to 8192; odd widths and a misaligned view
-// on the scalar path), add_rmsnorm (the decoder's residual step) and qk_norm_rope (per-head q/k
-// RMSNorm + rope: default, yarn, partial rotary, interleaved, without norms), plus rope at an
-// offset (MLA). Each result is also checked to repeat bit for bit run to run, not to depend on the
-// other rows of the batch, and (fused ops) to equal the ops it fuses bit for bit. Skips with a
-// message when no GPU is visible.
+// on the scalar path), add_rmsnorm (the decoder's residual step), qk_norm_rope (per-head q/k
+// RMSNorm + rope: default, yarn, partial rotary, interleaved, without norms) and
+// qk_norm_rope_kv_write (the same prologue plus the KV write of k and v into scattered cache
+// slots, the whole K and V caches compared), plus rope at an offset (MLA). Each result is also
+// checked to repeat bit for bit run to run, not to depend on the other rows of the batch, and
+// (fused ops) to equal the ops it fuses bit for bit. Skips with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
 #include "core/error.h"
@@ -32,17 +33,23 @@ Tensor view(const Tensor& t, int64_t offset, int64_t rows, int64_t cols) {
   return v;
 }
 
-// One step of `rows` rows of one sequence at `positions`, in both backends. The backends keep
-// pointers to the step's host arrays until the next step (backend.h), so `positions` must outlive
-// the step's ops: a temporary is refused.
-void begin_rows(BackendPair& p, const std::vector<int32_t>& positions) {
+constexpr int64_t kBlockSize = 16;
+const std::vector<int64_t> kOrderedSlots = {0, 1, 2, 3, 4, 5, 6, 7};
+const std::vector<int64_t> kScatteredSlots = {45, 3, 60, 17, 32};  // of a 4-block cache
+
+// One step of `rows` rows of one sequence at `positions`, writing their K/V into `slots`, in both
+// backends. The backends keep pointers to the step's host arrays until the next step
+// (backend.h), so `positions` must outlive the step's ops (a temporary is refused; the slots are
+// the constants above).
+void begin_rows(BackendPair& p, const std::vector<int32_t>& positions,
+                const std::vector<int64_t>& slots = kOrderedSlots) {
   static const std::vector<int32_t> tokens(8, 0), row_seq(8, 0), table(8192, 0);
-  static const std::vector<int64_t> slots = {0, 1, 2, 3, 4, 5, 6, 7};
   static const int32_t* tables[] = {table.data()};
   p.begin_step({int64_t(positions.size()), tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables,
-                16});
+                kBlockSize});
 }
-void begin_rows(BackendPair& p, std::vector<int32_t>&& positions) = delete;
+void begin_rows(BackendPair& p, std::vector<int32_t>&& positions, const std::vector<int64_t>& slots = kOrderedSlots) =
+    delete;
 
 TEST(CudaNorm, RmsNormMatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
@@ -204,6 +211,77 @@ TEST(CudaNorm, QkNormRopeMatchesCpuAndTheOpsItFuses) {
   check_prologue({"70-wide heads (scalar path), partial", 6, 2, 70, rope_config(32, false, false), true});
 }
 
+// qk_norm_rope_kv_write on rows at scattered slots of a 4-block cache: q and k in place and the
+// whole K and V caches (untouched slots included) against the CPU backend, which runs it as
+// qk_norm_rope then kv_write; all four bit for bit against the GPU's own qk_norm_rope + kv_write
+// (so the cached k is exactly the prologue's and v a copy); the caches again bit for bit when the
+// op runs twice.
+void check_prologue_kv(const PrologueCase& c) {
+  SCOPED_TRACE(c.name);
+  BackendPair p;
+  const RopeTable table = rope_table_build(c.rope);
+  const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
+  const auto q_values = random_floats(size_t(5 * q_cols), 80, 2.0f);
+  const auto k_values = random_floats(size_t(5 * k_cols), 81, 2.0f);
+  const auto v_values = random_floats(size_t(5 * k_cols), 82, 2.0f);
+  std::pair<Tensor, Tensor> q_norm, k_norm;
+  if (c.norm) {
+    q_norm = p.activation(random_floats(size_t(c.head_dim), 83), {c.head_dim});
+    k_norm = p.activation(random_floats(size_t(c.head_dim), 84), {c.head_dim});
+  }
+  const auto new_cache = [&](Backend& b) {
+    return b.alloc_kv(4, kBlockSize, c.k_heads, c.head_dim, c.head_dim, false);
+  };
+  const std::vector<int32_t> all_positions = {131071, 0, 17, 4093, 65537};
+  for (int64_t rows : {1, 5}) {
+    SCOPED_TRACE(rows == 1 ? "1 row" : "5 rows");
+    const std::vector<int32_t> positions(all_positions.begin(), all_positions.begin() + rows);
+    begin_rows(p, positions, kScatteredSlots);
+    const auto input = [&](const std::vector<float>& v, int64_t cols) {
+      return p.activation({v.begin(), v.begin() + rows * cols}, {rows, cols});
+    };
+    auto q = input(q_values, q_cols), k = input(k_values, k_cols);
+    const auto v = input(v_values, k_cols);
+    KvLayerCache cpu_cache = new_cache(*p.cpu), gpu_cache = new_cache(*p.gpu);
+    p.cpu->qk_norm_rope_kv_write(table, q.first, c.q_heads, k.first, c.k_heads, c.head_dim, q_norm.first,
+                                 k_norm.first, kEps, v.first, cpu_cache);
+    p.gpu->qk_norm_rope_kv_write(table, q.second, c.q_heads, k.second, c.k_heads, c.head_dim, q_norm.second,
+                                 k_norm.second, kEps, v.second, gpu_cache);
+    EXPECT_LT(max_rel_diff(p, q), kRopeTol) << "q";
+    EXPECT_LT(max_rel_diff(p, k), kRopeTol) << "k";
+    EXPECT_LT(max_rel_diff(p, {cpu_cache.k, gpu_cache.k}), kRopeTol) << "K cache";
+    EXPECT_EQ(max_rel_diff(p, {cpu_cache.v, gpu_cache.v}), 0.0) << "V cache";
+    auto unfused_q = input(q_values, q_cols).second, unfused_k = input(k_values, k_cols).second;
+    KvLayerCache unfused_cache = new_cache(*p.gpu);
+    p.gpu->qk_norm_rope(table, unfused_q, c.q_heads, unfused_k, c.k_heads, c.head_dim, q_norm.second, k_norm.second,
+                        kEps);
+    p.gpu->kv_write(unfused_cache, unfused_k, &v.second);
+    EXPECT_TRUE(same_bits(*p.gpu, q.second, unfused_q) && same_bits(*p.gpu, k.second, unfused_k))
+        << "q, k: fused vs qk_norm_rope + kv_write";
+    EXPECT_TRUE(same_bits(*p.gpu, gpu_cache.k, unfused_cache.k) && same_bits(*p.gpu, gpu_cache.v, unfused_cache.v))
+        << "caches: fused vs qk_norm_rope + kv_write";
+    auto again_q = input(q_values, q_cols).second, again_k = input(k_values, k_cols).second;
+    KvLayerCache again_cache = new_cache(*p.gpu);
+    p.gpu->qk_norm_rope_kv_write(table, again_q, c.q_heads, again_k, c.k_heads, c.head_dim, q_norm.second,
+                                 k_norm.second, kEps, v.second, again_cache);
+    EXPECT_TRUE(same_bits(*p.gpu, gpu_cache.k, again_cache.k) && same_bits(*p.gpu, gpu_cache.v, again_cache.v))
+        << "caches run to run";
+  }
+}
+
+TEST(CudaNorm, QkNormRopeKvWriteMatchesCpuAndTheOpsItFuses) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_prologue_kv({"Qwen3-235B: 64 q / 4 kv heads of 128, q/k norm", 64, 4, 128, rope_config(128, false, false),
+                     true});
+  check_prologue_kv({"Mixtral: no q/k norm", 32, 8, 128, rope_config(128, false, false), false});
+  check_prologue_kv({"GLM4-MoE: partial rotary, q/k norm", 12, 2, 128, rope_config(64, false, false), true});
+  check_prologue_kv({"partial rotary, no norm (k's tail copied)", 12, 2, 128, rope_config(64, false, false), false});
+  check_prologue_kv({"yarn, interleaved", 16, 2, 64, rope_config(64, true, true), true});
+  check_prologue_kv({"70-wide heads (scalar path), partial", 6, 2, 70, rope_config(32, false, false), true});
+  check_prologue_kv({"5 q / 1 kv heads of 70 (scalar path), partial, no norm", 5, 1, 70,
+                     rope_config(32, true, false), false});
+}
+
 // MLA's rope: 16 heads of 192 rotating [128, 192) interleaved, and the shared key of a 576-wide
 // latent row rotating [512, 576).
 TEST(CudaNorm, RopeAtAnOffsetMatchesCpu) {
@@ -233,6 +311,21 @@ TEST(CudaNorm, WidthsBeyondTheKernelsAreRefused) {
   Tensor q = p.gpu->alloc({1, 512}), k = p.gpu->alloc({1, 512}), norm = p.gpu->alloc({512});
   EXPECT_THROW(p.gpu->qk_norm_rope(rope_table_build(rope_config(64, false, false)), q, 1, k, 1, 512, norm, norm, kEps),
                Error);
+}
+
+// The fused KV write takes only a GQA cache of the prologue's k heads (not MLA's latent cache, where
+// V aliases K, nor a cache of other heads or widths).
+TEST(CudaNorm, QkNormRopeKvWriteRefusesOtherCaches) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const std::vector<int32_t> positions = {0};
+  begin_rows(p, positions);
+  const RopeTable table = rope_table_build(rope_config(64, false, false));
+  Tensor q = p.gpu->alloc({1, 256}), k = p.gpu->alloc({1, 128}), v = p.gpu->alloc({1, 128}), none;
+  for (KvLayerCache cache : {p.gpu->alloc_kv(1, kBlockSize, 2, 64, 64, true),
+                             p.gpu->alloc_kv(1, kBlockSize, 1, 128, 128, false),
+                             p.gpu->alloc_kv(1, kBlockSize, 2, 32, 32, false)})
+    EXPECT_THROW(p.gpu->qk_norm_rope_kv_write(table, q, 4, k, 2, 64, none, none, kEps, v, cache), Error);
 }
 
 }  // namespace
