@@ -8,10 +8,10 @@
 //   gate_up, down: persistent kernels. Their work, the units of (pass, block of R 16-row tiles,
 //            128-column chunk) in that order, is cut into one contiguous range per warp of the
 //            grid (equal sizes: no tail wave). A warp streams its units' codes and scales from
-//            memory into a ring of registers kDepth units deep, decodes them into A fragments and
-//            runs two MMAs per tile, scale block and item pair (the R tiles share each load of the
-//            activations, fetched a unit ahead at batch <= 2), each block's sum scaled into FP32
-//            accumulators. A tile block that one warp covers alone is written out by that warp;
+//            memory into a ring of registers kDepth units deep, decodes them into A fragments
+//            (the block's scale in their exponents) and runs two MMAs per tile, scale block and
+//            item pair into FP32 accumulators (the R tiles share each load of the activations,
+//            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is written out by that warp;
 //            one shared by several warps gets each one's partial sums in a scratch slot, and the
 //            warp that finishes last (a per-block counter) adds them in warp order and writes it.
 //            gate_up ends with SiLU-and-mul, written already split for down; down writes each
@@ -117,10 +117,6 @@ __global__ void w2_prepare_kernel(MoeArgs a) {
   w2_split_store(x, a.x_split + row * 3 * a.hidden_padded, a.hidden_padded, k);
 }
 
-__device__ __forceinline__ float scale_of(uint32_t bytes, int q) {
-  return __uint_as_float(((bytes >> (8 * q)) & 0xFFu) << 23);
-}
-
 // Columns: lane c holds 2c and 2c + 1. Item pair (first, second) = columns (0, 1, 2) and
 // (3, 4, 5), each (hi + mid) + lo; lane c = 0 ends with the first's rows g and g + 8, c = 1 with
 // the second's. gate_up: SiLU(gate) * up, stored split for down; down: the item's output rows.
@@ -212,26 +208,21 @@ __device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], in
 }
 
 // Adds one chunk's products into acc: word q of the lane's codes is scale block q (k-steps 2q and
-// 2q + 1).
+// 2q + 1); even registers hold row g (scale bytes scale.x), odd ones row g + 8 (scale.y).
 template <int P>
 __device__ __forceinline__ void multiply_chunk(const uint4& code, const uint2& scale, const uint4 (&xv)[P][4],
                                                float (&acc)[P][4]) {
   const uint32_t words[4] = {code.x, code.y, code.z, code.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
+    const uint32_t top = w2_block_base(scale.x, q), bottom = w2_block_base(scale.y, q);
     uint32_t frag[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j);
-    const float top = scale_of(scale.x, q), bottom = scale_of(scale.y, q);
+    for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j, j % 2 ? bottom : top);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_bf16_16816(d, frag[0], frag[1], frag[2], frag[3], xv[p][q].x, xv[p][q].y);
-      mma_bf16_16816(d, frag[4], frag[5], frag[6], frag[7], xv[p][q].z, xv[p][q].w);
-      acc[p][0] = fmaf(d[0], top, acc[p][0]);
-      acc[p][1] = fmaf(d[1], top, acc[p][1]);
-      acc[p][2] = fmaf(d[2], bottom, acc[p][2]);
-      acc[p][3] = fmaf(d[3], bottom, acc[p][3]);
+      mma_bf16_16816(acc[p], frag[0], frag[1], frag[2], frag[3], xv[p][q].x, xv[p][q].y);
+      mma_bf16_16816(acc[p], frag[4], frag[5], frag[6], frag[7], xv[p][q].z, xv[p][q].w);
     }
   }
 }

@@ -4,9 +4,9 @@
 //
 // Activations keep FP32 accuracy: x = hi + mid + lo with hi = bf16(x), mid = bf16(x - hi),
 // lo = bf16(x - hi - mid) is exact (24 significand bits in three 8-bit pieces), each W2 weight
-// (level / 4) is exact in BF16, products are exact and the MMA accumulates in FP32; the three
-// partial sums are added per output as (hi + mid) + lo. One MMA column triple per activation
-// row, two rows per MMA (columns 6 and 7 are unused).
+// (level times its power-of-two scale) is exact in BF16, products are exact and the MMA
+// accumulates in FP32; the three partial sums are added per output as (hi + mid) + lo. One MMA
+// column triple per activation row, two rows per MMA (columns 6 and 7 are unused).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,29 +24,41 @@ __host__ __device__ inline W2FragmentPos w2_fragment_pos(int lane, int q, int j,
   const int g = lane >> 2, c = lane & 3, step = j >> 2, i = j & 3;
   return {g + 8 * (i & 1), 32 * q + 16 * step + 2 * c + 8 * (i >> 1) + h};
 }
-// Register j of a code word is (shifted(word, j) & 0x81008100) | 0x3E803E80 with five registers
-// shifted left (j = 0..4: by 0, 2, 4, 6, 8 bits) and three rotated right (j = 5..7: by 2, 4, 6):
-// the most left shifts that tile a 32-bit word, since a shift by a power of two can run as an
-// integer multiply on the FMA pipe, while rotations and the LOP3 share the integer ALU pipe (half
-// the issue rate), which bounds the decoder.
-__host__ __device__ constexpr int w2_shift_of(int j) { return j < 5 ? 2 * j : 2 * (j - 4); }
+// Register j of a code word holds two BF16 weights level * 2^(e - 127) of one row (e: the row's
+// UE8M0 scale byte of this block): per BF16 half, bit 8 is m (|level| = 4: exponent + 2) and bit
+// 15 is s (negative), added to `base` = the exponent e in both halves. Registers 0..6 take their
+// four bits from the word masked by 0x81008100 >> j and shifted left by j (one LOP3 and one
+// integer multiply-add: the shift and the base in one IMAD, on the FMA pipe, while the LOP3 uses
+// the integer ALU pipe); seven is the most that left shifts of that mask can tile, so register 7
+// takes m from bits 0 and 16 (shifted by 8) and s from bits 1 and 17 (shifted by 14). The scale
+// rides in the exponent, so the MMAs accumulate scaled products directly (e <= 252 keeps e + 2 a
+// finite exponent; e = 0 turns level +-1 into 0 instead of 2^-127).
+__host__ __device__ constexpr int w2_shift_of(int j) { return j; }  // registers 0..6
 // Where register j's bit with target position t (8 or 15, + 16 for the high half) sits in the word.
 __host__ __device__ constexpr int w2_source_bit(int j, int t) {
-  return j < 5 ? t - w2_shift_of(j) : (t + w2_shift_of(j)) & 31;
+  return j < 7 ? t - w2_shift_of(j) : (t % 16 == 8 ? t - 8 : t - 14);
 }
 __host__ __device__ constexpr int w2_m_bit(int j, int h) { return w2_source_bit(j, 8 + 16 * h); }
 __host__ __device__ constexpr int w2_s_bit(int j, int h) { return w2_source_bit(j, 15 + 16 * h); }
 
-// Register j of a code word: two BF16 values level / 4. One LOP3 computes (bits & mask) | base
-// only when the two constants come in registers (a LOP3 takes one immediate; written as & and |,
-// the compiler emits two instructions).
-__device__ __forceinline__ uint32_t w2_decode(uint32_t word, int j) {
-  const uint32_t bits = j < 5 ? word * (1u << w2_shift_of(j)) : __funnelshift_r(word, word, w2_shift_of(j));
+// The base of scale block q (byte q of `bytes`): its exponent e in both BF16 halves (bits 7..14
+// and 23..30).
+__device__ __forceinline__ uint32_t w2_block_base(uint32_t bytes, int q) {
+  return __byte_perm(bytes, 0u, 0x4040u | uint32_t(q) | uint32_t(q) << 8) * 128u;
+}
+
+// word & mask, opaque to the compiler: written in C, (word & (M >> j)) << j is rewritten as
+// (word << j) & M, which costs a separate shift.
+__device__ __forceinline__ uint32_t w2_mask(uint32_t word, uint32_t mask) {
   uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"  // 0xEA: (a & b) | c
-      : "=r"(out)
-      : "r"(bits), "r"(0x81008100u), "r"(0x3E803E80u));
+  asm("and.b32 %0, %1, %2;" : "=r"(out) : "r"(word), "r"(mask));
   return out;
+}
+
+// Register j of a code word, scaled by the block whose base is given.
+__device__ __forceinline__ uint32_t w2_decode(uint32_t word, int j, uint32_t base) {
+  if (j < 7) return w2_mask(word, 0x81008100u >> j) * (1u << j) + base;
+  return w2_mask(word, 0x00010001u) * 256u + base + w2_mask(word, 0x00020002u) * 16384u;
 }
 
 // Offset (in BF16 elements) of column k inside one split activation plane: per scale block, four

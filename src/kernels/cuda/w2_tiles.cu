@@ -46,7 +46,7 @@ __global__ void w2_tile_kernel(const uint8_t* codes, const uint8_t* scales, int6
       uint32_t byte = 127;  // padding blocks: 2^0
       if (block < row_blocks && tile * kW2TileRows < rows) byte = scales[source_row(lane) * row_blocks + block];
       if (byte >= 253) *bad_scale = 1;
-      out[q] = uint8_t(byte + 2);
+      out[q] = uint8_t(byte);
     }
   }
 }

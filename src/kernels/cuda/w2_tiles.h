@@ -8,12 +8,10 @@
 // (block of kW2TileBlock tiles, chunk, tile in the block): a kernel streaming a block's tiles
 // side by side reads one contiguous run of memory.
 // Each code becomes two bits of a 32-bit word: m (|level| = 4) and s (negative), placed so that
-// register j of word w is
-//     (shifted(w, j) & 0x81008100) | 0x3E803E80,
-// i.e. two BF16 values level / 4 (0.25 or 1.0, signed): one shift (w2_mma.cuh: w2_shift_of) and
-// one LOP3 per two weights. Scale bytes are stored as e + 2 (the factor 4 folded in), so
-// 2^(e - 125) is the float with exponent bits (e + 2); bytes e >= 253 (scales >= 2^126) are
-// rejected at conversion.
+// a shift and a mask of the word put them at bits 8 and 15 of a BF16 half, and adding the scale
+// byte e there as an exponent gives the weight level * 2^(e - 127) exactly (w2_mma.cuh:
+// w2_decode). Scale bytes are the UE8M0 bytes as loaded; bytes >= 253 (scales >= 2^126, whose
+// level-4 weights would leave the exponent range) are rejected at conversion.
 // Rows of gate_up tiles interleave: tile t rows 0-7 = gate rows 8t..8t+7, rows 8-15 = the up rows
 // of the same columns, so one lane holds gate and up of its column (SiLU-and-mul in registers).
 #pragma once

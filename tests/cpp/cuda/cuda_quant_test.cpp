@@ -127,8 +127,9 @@ TEST(CudaQuantMoe, RejectsMalformedPlanes) {
   EXPECT_THROW(p.gpu->expert_set(experts), std::exception);
 }
 
-// The tensor-core W2 kernels fold a factor 4 into the scale byte (e + 2), so scales >= 2^126
-// (bytes >= 253) are refused at load with a message, not silently overflowed.
+// The tensor-core W2 kernels put the scale into the weights' BF16 exponent (level 4 adds 2 to
+// it), so scales >= 2^126 (bytes >= 253) are refused at load with a message, not silently
+// overflowed.
 TEST(CudaQuantMoe, RejectsW2ScalesBeyondTheTileRange) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
