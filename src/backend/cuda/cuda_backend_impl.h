@@ -1,0 +1,230 @@
+// The CUDA backend's class, shared by its source files; private to backend/cuda (it includes CUDA
+// headers, so nothing outside backend/cuda includes it: the rest of moet creates the backend
+// through the plain factory in cuda_backend.h). CudaBackend runs every Backend op on one stream of
+// one GPU, through kernels/cuda. Weights and activations live in a caching allocator under the
+// memory budget (device_memory.h); host copies go through pinned staging buffers (two for uploads,
+// so the memcpy into one overlaps the DMA out of the other); the per-step inputs are packed into
+// one pinned buffer and uploaded in one copy by begin_step(). Nothing synchronises with the host
+// except to_host(), the copy bandwidth measurement and memory-budget releases. Set
+// MOET_CUDA_SYNC=1 to synchronise and check after every op (locates a faulting kernel).
+// run_graph() captures a forward in a CUDA graph per key + step layout (its memory in a private
+// pool of the allocator that the graph keeps) and replays it; MOET_CUDA_GRAPHS_MAX caps how many
+// graphs are kept (least recently used dropped first). MOET_CUDA_PROFILE=1 (or set_profiling)
+// times every op of eager steps with CUDA events, each op held behind a gate kernel until it is
+// fully enqueued so the events measure GPU time, not launch latency (kernels/cuda/profile_gate.h).
+// The methods live in cuda_backend.cpp (construction, memory, uploads and transfers, expert sets,
+// the memory benchmarks), cuda_backend_steps.cpp (step inputs, CUDA graphs, the per-op profile)
+// and cuda_backend_ops.cpp (the ops).
+#pragma once
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/head_norm_rope.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace moet {
+
+class CudaBackend final : public Backend {
+ public:
+  // cuda_backend.cpp
+  explicit CudaBackend(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+
+  Tensor upload(const TensorInfo& info) override;
+  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override;
+  Tensor upload_f32(const TensorInfo& info) override;
+  Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override;
+  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim, int64_t v_dim,
+                        bool v_aliases_k) override;
+  void to_host(const Tensor& src, void* dst) override;
+  void from_host(const void* src, Tensor& dst) override { copy_to_device(dst.data, src, dst.bytes()); }
+  ExpertSet expert_set(std::vector<ExpertWeights> experts) override;
+  double copy_bandwidth(size_t bytes) override;
+  void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override;
+
+  // cuda_backend_ops.cpp
+  void embedding(const Tensor& table, Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
+  void add(Tensor& y, const Tensor& x) override;
+  void silu_mul(const Tensor& gate_up, Tensor& out) override;
+  void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override;
+  void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads, int64_t head_dim,
+                    const Tensor& q_norm, const Tensor& k_norm, float eps) override;
+  void qk_norm_rope_kv_write(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                             int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps, const Tensor& v,
+                             KvLayerCache& cache) override;
+  void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) override;
+  void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
+                 Tensor& out) override;
+  void router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override;
+  void moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
+                   Tensor& out) override;
+  void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst, int64_t dst_stride,
+                    int64_t dst_offset, int64_t rows, int64_t width) override;
+  void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
+                   int64_t y_stride) override;
+
+  // cuda_backend_steps.cpp
+  void begin_step(const StepInputs& step) override;
+  Tensor run_graph(const GraphKey& key, const std::function<Tensor()>& body) override;
+  bool set_graphs(bool enabled) override { return graphs_enabled_ = enabled; }
+  bool graphs() const override { return graphs_enabled_; }
+  GraphStats graph_stats() const override;
+  void clear_graphs() override;
+
+  void set_profiling(bool on) override;
+  std::vector<OpProfile> take_profile() override;
+
+ private:
+  enum StepField { kTokens, kPositions, kRowSeq };
+
+  // cuda_backend.cpp
+  static size_t budget_for(const CudaBackendOptions& options);
+  void tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale);
+  static std::vector<float> widen(const TensorInfo& info);
+  Tensor device_tensor(DType dtype, std::vector<int64_t> shape);
+  void copy_to_device(void* dst, const void* src, size_t bytes);
+  static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+  // cuda_backend_ops.cpp
+  static void check_norm_dim(int64_t dim);
+  static cuda::RopeArgs rope_args(const RopeTable& table);
+  static std::pair<cuda::HeadSet, cuda::HeadSet> prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads,
+                                                               Tensor& k, int64_t k_heads, int64_t head_dim,
+                                                               const Tensor& q_norm, const Tensor& k_norm);
+  static bool is_bf16(const Tensor& t);
+
+  void check_launch(const char* op) {
+    check_launch(op, [op] { return std::string(op); });
+  }
+  // After an op's launches: checks them; while profiling an eager step, closes the op's event
+  // pair (its profile name from `name()`) and opens the next op's gate. Nothing synchronises
+  // while a graph is being captured.
+  template <typename Name>
+  void check_launch(const char* op, Name&& name) {
+    cuda_check(cudaGetLastError(), op);
+    const bool chained = chain_ && !capturing_;
+    if (chained) chain_op(name());
+    if (debug_sync_ && !capturing_) cuda_check(cudaStreamSynchronize(stream_), op);
+    if (chained) chain_open();
+  }
+
+  // cuda_backend_steps.cpp
+  cudaEvent_t chain_event();
+  void gate_release() {
+    if (gate_host_) __atomic_store_n(gate_host_, gate_value_, __ATOMIC_SEQ_CST);
+  }
+  void chain_open();
+  void chain_op(std::string name);
+  void chain_end();
+  void evict_oldest_graph();
+
+  // For the ops: the cache's kernel view and the step inputs in the device buffer (begin_step()).
+  cuda::PagedKvArgs kv_args(KvLayerCache& cache) const {
+    const PagedKv& v = cache.view;
+    return {v.k, v.v, v.block_size, v.kv_heads, v.k_dim, v.v_dim, v.token_stride};
+  }
+
+  const int32_t* step_ints(StepField field) const {
+    return reinterpret_cast<const int32_t*>(step_device_.get()) + int64_t(field) * step_.rows;
+  }
+  const int64_t* step_slots() const {
+    return reinterpret_cast<const int64_t*>(static_cast<const uint8_t*>(step_device_.get()) + slots_offset_);
+  }
+  const int32_t* step_tables() const {
+    return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(step_device_.get()) + tables_offset_);
+  }
+
+  // Helpers of the members below, nested so that their names stay the backend's own.
+
+  // A page-locked host buffer and the event of the last copy that used it.
+  struct PinnedBuffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+
+    void reserve(size_t want) {
+      if (want <= bytes) return;
+      wait();
+      if (data) cudaFreeHost(data);
+      bytes = std::max(want, bytes * 2);
+      cuda_check(cudaMallocHost(&data, bytes), "cudaMallocHost");
+    }
+    void wait() const {
+      if (done) cuda_check(cudaEventSynchronize(done), "waiting for a staging copy");
+    }
+    ~PinnedBuffer() {
+      if (data) cudaFreeHost(data);
+      if (done) cudaEventDestroy(done);
+    }
+  };
+
+  struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+  };
+
+  // A captured forward: the executable graph, the private memory it reads and writes at replay
+  // time, and its output tensor (in that memory).
+  struct GraphEntry {
+    std::shared_ptr<void> pool;
+    Tensor output;
+    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> exec;  // null: capture failed
+    uint64_t last_use = 0;
+  };
+
+  DeviceMemory memory_;
+  cudaStream_t stream_ = nullptr;
+  PinnedBuffer staging_[2];
+  int next_staging_ = 0;
+  PinnedBuffer step_staging_;
+  std::shared_ptr<void> step_device_;
+  size_t step_device_bytes_ = 0;
+  StepInputs step_;
+  std::vector<int64_t> seq_blocks_;  // begin_step(): blocks each sequence's rows need
+  size_t slots_offset_ = 0, tables_offset_ = 0;
+  int64_t table_stride_ = 0;
+  Tensor attention_counters_;  // zeros between attention launches (attention.h)
+  bool debug_sync_ = false;
+  std::string name_;
+
+  // CUDA graphs (run_graph), keyed by the caller's key + the step layout.
+  bool graphs_enabled_ = true, capturing_ = false;
+  int64_t max_graphs_ = 32;
+  uint64_t graph_clock_ = 0;
+  std::map<GraphKey, GraphEntry> graphs_;
+  GraphStats graph_stats_;
+
+  // Per-op profile.
+  struct ChainOp {
+    std::string name;
+    cudaEvent_t start, stop;
+  };
+  bool profiling_ = false, chain_ = false;
+  uint32_t* gate_host_ = nullptr;  // mapped pinned memory the gate kernels poll
+  uint32_t* gate_device_ = nullptr;
+  uint32_t gate_value_ = 0;
+  std::vector<cudaEvent_t> events_;
+  size_t events_used_ = 0;
+  cudaEvent_t chain_start_ = nullptr;
+  std::vector<ChainOp> chain_ops_;
+  std::map<std::string, OpProfile> profile_;
+};
+
+}  // namespace moet

@@ -1,0 +1,224 @@
+// The CUDA backend's ops (class in cuda_backend_impl.h): each checks what its kernels take, launches
+// them through their kernels/cuda launchers on the backend's one stream and ends with
+// check_launch() (which, with MOET_CUDA_SYNC=1, synchronises and checks after the op, locating a
+// faulting kernel). Per-row inputs (tokens, positions, row -> sequence, KV slots, block tables) come
+// from the device buffer begin_step() filled, never from host vectors, so nothing here
+// synchronises with the host and a forward of these ops can be captured in a CUDA graph.
+#include "backend/cuda/cuda_backend_impl.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/head_norm_rope.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/router.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace moet {
+
+using namespace moet::cuda;
+
+void CudaBackend::embedding(const Tensor& table, Tensor& out) {
+  const int64_t vocab = table.dim(0);
+  if (step_.vocab != vocab)  // begin_step() checked the ids against step.vocab
+    for (int64_t t = 0; t < step_.rows; ++t)
+      MOET_CHECK(step_.tokens[t] >= 0 && step_.tokens[t] < vocab, "token id {} outside the vocabulary [0, {})",
+                 step_.tokens[t], vocab);
+  embedding_launch(step_ints(kTokens), step_.rows, table.data, is_bf16(table), table.dim(1), out.as<float>(), stream_);
+  check_launch("embedding");
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  const int64_t dim = weight.numel();
+  check_norm_dim(dim);
+  rmsnorm_launch(x.as<float>(), x.numel() / dim, dim, weight.as<float>(), eps, out.as<float>(), stream_);
+  check_launch("rmsnorm", [&] { return fmt::format("rmsnorm[dim={}]", dim); });
+}
+
+void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) {
+  const int64_t dim = weight.numel();
+  check_norm_dim(dim);
+  add_rmsnorm_launch(residual.as<float>(), delta.as<float>(), residual.numel() / dim, dim, weight.as<float>(), eps,
+                     out.as<float>(), stream_);
+  check_launch("add_rmsnorm", [&] { return fmt::format("add_rmsnorm[dim={}]", dim); });
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
+  MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
+             rows, k, n, w.dim(1));
+  const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
+  gemv_launch({x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1}, stream_);
+  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", n, k); });
+}
+
+void CudaBackend::add(Tensor& y, const Tensor& x) {
+  add_launch(y.as<float>(), x.as<float>(), y.numel(), stream_);
+  check_launch("add");
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
+  silu_mul_launch(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>(), stream_);
+  check_launch("silu_mul");
+}
+
+void CudaBackend::rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) {
+  const HeadSet set{x.as<float>(), heads, x.numel() / step_.rows, head_stride, nullptr, 0, offset};
+  head_norm_rope_launch(rope_args(table), set, {}, step_.rows, 0.0f, step_ints(kPositions), stream_);
+  check_launch("rope");
+}
+
+void CudaBackend::qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                               int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps) {
+  const auto [q_set, k_set] = prologue_sets(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm);
+  head_norm_rope_launch(rope_args(table), q_set, k_set, step_.rows, eps, step_ints(kPositions), stream_);
+  check_launch("qk_norm_rope", [&] { return fmt::format("qk_norm_rope[dim={}]", head_dim); });
+}
+
+// One launch: the prologue's k warps also store their heads into the step's slots, and v gets
+// warps of its own that copy it there.
+void CudaBackend::qk_norm_rope_kv_write(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
+                                        int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                        const Tensor& v, KvLayerCache& cache) {
+  const PagedKv& view = cache.view;
+  MOET_CHECK(view.kv_heads == k_heads && view.k_dim == head_dim && view.v_dim == head_dim && view.v != view.k,
+             "qk_norm_rope_kv_write: a cache of {} heads of {} / {} floats{} for {} k heads of {}", view.kv_heads,
+             view.k_dim, view.v_dim, view.v == view.k ? " (V aliasing K)" : "", k_heads, head_dim);
+  const auto [q_set, k_set] = prologue_sets(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm);
+  const KvStore store{kv_args(cache), v.as<float>(), step_slots()};
+  head_norm_rope_kv_launch(rope_args(table), q_set, k_set, store, step_.rows, eps, step_ints(kPositions), stream_);
+  check_launch("qk_norm_rope_kv_write", [&] { return fmt::format("qk_norm_rope_kv_write[dim={}]", head_dim); });
+}
+
+void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) {
+  kv_write_launch(kv_args(cache), k.as<float>(), v ? v->as<float>() : nullptr, step_slots(), step_.rows, stream_);
+  check_launch("kv_write");
+}
+
+// Key counts come from the device (positions), so nothing here depends on the context length
+// beyond the table stride bucket (part of every graph key); split steps (decode-sized, same
+// bits either way: attention.h) get partials scratch and the persistent zeroed counters.
+void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
+                            Tensor& out) {
+  const PagedKv& view = cache.view;
+  MOET_CHECK(view.k_dim <= kAttentionMaxKDim && view.v_dim <= kAttentionMaxVDim && q_heads % view.kv_heads == 0,
+             "attention with {} query heads over {} KV heads of {} / {} floats is not supported on CUDA (at most "
+             "{} / {})", q_heads, view.kv_heads, view.k_dim, view.v_dim, kAttentionMaxKDim, kAttentionMaxVDim);
+  const int64_t rows = q.numel() / (q_heads * q_stride);
+  AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
+                     q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(),
+                     table_stride_ * step_.block_size, nullptr, attention_counters_.as<int32_t>()};
+  Tensor partials;
+  if (const int64_t floats = attention_partial_floats(args); floats > 0) {
+    partials = alloc({floats});
+    args.partials = partials.as<float>();
+  }
+  attention_launch(args, stream_);
+  check_launch("attention");
+}
+
+void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) {
+  MOET_CHECK(p.experts <= 1024 && p.top_k <= 64 && p.groups <= 1024, "router shape not supported on CUDA");
+  router_launch({p.experts, p.top_k, p.sigmoid, p.normalize, p.scaling, p.groups, p.top_groups, p.correction_bias},
+                logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>(), stream_);
+  check_launch("router");
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
+                              Tensor& out) {
+  const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
+  const ExpertWeights& first = set.experts.front();
+  const int64_t experts = int64_t(set.experts.size()), inner = first.inner();
+  const bool w2 = first.format == ExpertFormat::w2;
+  MOET_CHECK(first.format == ExpertFormat::dense || hidden == first.down.dim(0),
+             "moe_experts: x has {} columns, the experts {}", hidden, first.down.dim(0));
+  const int64_t items = rows * top_k;
+  Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
+  Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({2}, DType::i32);
+  Tensor item_out = alloc({items, hidden});
+  // W2 keeps act in its split form (moe_w2.h); the other formats use FP32 act.
+  const int64_t hidden_padded = w2 ? first.gate_up.dim(1) * 4 : 0, inner_padded = w2 ? first.down.dim(1) * 4 : 0;
+  Tensor act = w2 ? Tensor{} : alloc({items, inner});
+  Tensor x_split = w2 ? alloc({rows, 3 * hidden_padded / 2}) : Tensor{};      // BF16 pairs in F32 slots
+  Tensor act_split = w2 ? alloc({items, 3 * inner_padded / 2}) : Tensor{};
+  const W2Scratch w2_scratch = w2 ? moe_w2_scratch(rows, top_k, experts, hidden, inner) : W2Scratch{};
+  Tensor passes = w2 ? alloc({w2_scratch.passes * int64_t(sizeof(W2Pass) / sizeof(int32_t))}, DType::i32) : Tensor{};
+  Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
+  Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
+  const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
+                     static_cast<const ExpertPointers*>(set.table.data),
+                     first.format == ExpertFormat::dense && is_bf16(first.gate_up),
+                     w2 ? kMoeW2 : first.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
+                     ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
+                     out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),
+                     hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
+                     static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
+                     w2_scratch.tile_counters, w2_scratch.pass_items};
+  moe_launch(args, stream_);
+  check_launch("moe_experts");
+}
+
+void CudaBackend::copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
+                               int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) {
+  cuda_check(cudaMemcpy2DAsync(dst.as<float>() + dst_offset, size_t(dst_stride) * sizeof(float),
+                               src.as<float>() + src_offset, size_t(src_stride) * sizeof(float),
+                               size_t(width) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream_),
+             "copy_columns");
+  check_launch("copy_columns");
+}
+
+void CudaBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
+                              int64_t y_stride) {
+  const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
+  gemv_launch({x.as<float>(), heads * x_stride, x_stride, w.data, is_bf16(w), n * k, nullptr, y.as<float>(),
+               heads * y_stride, y_stride, rows, n, k, heads}, stream_);
+  check_launch("head_matmul", [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
+}
+
+void CudaBackend::check_norm_dim(int64_t dim) {
+  MOET_CHECK(dim <= kRmsNormMaxDim, "rmsnorm over {} floats is not supported on CUDA (at most {})", dim,
+             kRmsNormMaxDim);
+}
+
+RopeArgs CudaBackend::rope_args(const RopeTable& table) {
+  RopeArgs args{};
+  args.pairs = int(table.inv_freq.size());
+  MOET_CHECK(args.pairs > 0 && args.pairs <= kMaxRopePairs, "rope with {} pairs is not supported on CUDA", args.pairs);
+  std::copy(table.inv_freq.begin(), table.inv_freq.end(), args.inv_freq);
+  args.scale = table.scale;
+  args.interleaved = table.interleaved;
+  return args;
+}
+
+// The q and k head sets of the GQA prologue: heads of head_dim floats side by side, normalised
+// whole when a norm is given, rotated from their first float.
+std::pair<HeadSet, HeadSet> CudaBackend::prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k,
+                                                       int64_t k_heads, int64_t head_dim, const Tensor& q_norm,
+                                                       const Tensor& k_norm) {
+  MOET_CHECK(2 * int64_t(table.inv_freq.size()) <= head_dim, "rope of {} values on heads of {}",
+             2 * table.inv_freq.size(), head_dim);
+  MOET_CHECK((q_norm.empty() && k_norm.empty()) || head_dim <= kHeadNormRopeMaxSpan,
+             "per-head RMSNorm over {} floats is not supported on CUDA (at most {})", head_dim, kHeadNormRopeMaxSpan);
+  const auto set = [&](Tensor& x, int64_t heads, const Tensor& norm) {
+    return HeadSet{x.as<float>(), heads, heads * head_dim, head_dim, norm.empty() ? nullptr : norm.as<float>(),
+                   head_dim, 0};
+  };
+  return {set(q, q_heads, q_norm), set(k, k_heads, k_norm)};
+}
+
+bool CudaBackend::is_bf16(const Tensor& t) {
+  MOET_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CUDA ops take BF16 or F32 weights, not {}",
+             dtype_name(t.dtype));
+  return t.dtype == DType::bf16;
+}
+
+}  // namespace moet
