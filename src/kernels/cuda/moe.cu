@@ -257,7 +257,7 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
   if (a.format == kMoeW2) {
-    if (moe_w2_launch(a, stream)) return;
+    moe_w2_launch(a, stream);
   } else {
     launch_dependent_kernel<moe_group_kernel>(
         dim3(1), dim3(kGroupThreads), size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t), 1,

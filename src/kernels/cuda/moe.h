@@ -71,7 +71,6 @@ struct MoeArgs {
   float* partial;
   int64_t tile_counters;
   int32_t pass_items;
-  bool combine_in_down;         // set by moe_w2_launch: down writes out itself
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // Routed experts stored as W2 on tensor cores (moe.h; layout in w2_tiles.h, building blocks in
 // w2_mma.cuh). Three launches chained by programmatic dependent launch (like every kernel of a
-// step, launch.cuh), then moe.cu's combine (batches of up to two rows: inside down):
+// step, launch.cuh), then moe.cu's combine:
 //   prepare: block 0 groups the items by expert (moe_group.cuh) and cuts each expert's items into
 //            passes of at most 2P items (the MMA's eight columns hold two items' three terms, P
 //            such pairs per pass); the other blocks split each x row into three BF16 terms in the
@@ -11,17 +11,14 @@
 //            memory into a ring of registers kDepth units deep, decodes them into A fragments
 //            (the block's scale in their exponents) and runs two MMAs per tile, scale block and
 //            item pair into FP32 accumulators (the R tiles share each load of the activations,
-//            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is
-//            written out by that warp; one shared by several warps gets each one's partial sums
-//            in a scratch slot, and the warp that finishes last (a per-block counter) adds them
-//            in warp order and writes it. gate_up ends with SiLU-and-mul, written already split
-//            for down; down writes each item's output rows for the fixed-order combine, its first
-//            units fetched before it waits for gate_up. With the combine inside down, a second
-//            counter per down tile block counts the items written; the warp that completes it
-//            combines that block's rows.
+//            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is written out by that warp;
+//            one shared by several warps gets each one's partial sums in a scratch slot, and the
+//            warp that finishes last (a per-block counter) adds them in warp order and writes it.
+//            gate_up ends with SiLU-and-mul, written already split for down; down writes each
+//            item's output rows for moe.cu's fixed-order combine, its first units fetched before
+//            it waits for gate_up.
 // Every sum has a fixed order (chunks ascending within a warp, warps ascending within a tile,
-// then (hi + mid) + lo; the combine's ascending experts) and the partition depends only on the
-// grid: bit-identical reruns.
+// then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
 #include "kernels/cuda/moe_w2.h"
 
 #include "kernels/cuda/launch.cuh"
@@ -61,9 +58,6 @@ template <int P>
 constexpr int kMinBlocksPerSm = P == 1 ? MOET_W2_BLOCKS_P1 : 2;
 constexpr int kDepth = MOET_W2_DEPTH;    // units (a tile block's chunk) in flight per warp
 constexpr int kPrepareThreads = 256;
-// Batches up to this many rows combine inside down (one warp per tile block adds every row's
-// items at the end, a load round trip per row); larger ones launch moe.cu's combine.
-constexpr int64_t kCombineInDownRows = 2;
 constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one item pair
 
 // Tiles per pass and chunks per tile of the gate_up (true) or down product.
@@ -233,68 +227,12 @@ __device__ __forceinline__ void multiply_chunk(const uint4& code, const uint2& s
   }
 }
 
-// Counters of tile_done: gate_up's tile blocks, down's, then the combine's (one per down tile
-// block of hidden rows; at most hidden / 16 of them).
-__host__ __device__ inline int64_t combine_counters(int64_t hidden) { return hidden / kW2TileRows + 1; }
-__device__ __forceinline__ int64_t tile_counter(const MoeArgs& a, bool gate_up, int64_t block_id) {
-  return (gate_up ? 0 : (a.tile_counters - combine_counters(a.hidden)) / 2) + block_id;
-}
-__device__ __forceinline__ int64_t combine_counter(const MoeArgs& a, int block) {
-  return a.tile_counters - combine_counters(a.hidden) + block;
-}
-
-// The combine of hidden rows [d0, d1) of every row, by one warp, in moe.cu's combine order
-// (ascending expert, the first slot naming it; sum += weight * y), so with that kernel's bits.
-// Needs top_k <= 32 (a lane per slot). Not inlined: the product loop keeps its registers.
-__device__ __noinline__ void combine_rows(const int32_t* expert_ids, const float* weights, const float* item_out,
-                                          float* out, int rows, int top_k, int experts, int hidden, int d0, int d1) {
-  const int lane = threadIdx.x & 31;
-  for (int row = 0; row < rows; ++row) {
-    const int id = lane < top_k ? expert_ids[row * top_k + lane] : -1;
-    const bool valid = id >= 0 && id < experts;
-    const bool first = valid && __ffs(__match_any_sync(0xffffffffu, id)) - 1 == lane;
-    const unsigned firsts = __ballot_sync(0xffffffffu, first);
-    int rank = 0;  // among the row's distinct experts
-    for (unsigned m = firsts; m != 0; m &= m - 1) rank += __shfl_sync(0xffffffffu, id, __ffs(m) - 1) < id;
-    const float weight = first ? weights[row * top_k + lane] : 0.0f;
-    const int items = __popc(firsts);
-    for (int d = d0 + lane; d - lane < d1; d += 32) {
-      float sum = 0.0f;
-#pragma unroll 4
-      for (int k = 0; k < items; ++k) {  // unrolled: the loads of several items in flight
-        const int slot = __ffs(__ballot_sync(0xffffffffu, first && rank == k)) - 1;
-        const float w = __shfl_sync(0xffffffffu, weight, slot);
-        if (d < d1) sum += w * __ldcg(item_out + int64_t(row * top_k + slot) * hidden + d);
-      }
-      if (d < d1) out[int64_t(row) * hidden + d] = sum;
-    }
-  }
-}
-
-// Down with combine_in_down: the warp that has just written its pass's items of down tile block
-// `block` counts them on the block's combine counter; the warp whose count completes the step's
-// items (every pass) combines the block's hidden rows.
-template <int R>
-__device__ __forceinline__ void count_and_combine(const MoeArgs& a, int block, const W2Pass& ps, int lane) {
-  const int written = min(ps.end - ps.first, int(a.pass_items));
-  __threadfence();  // this warp's item rows before its count
-  unsigned before = 0;
-  if (lane == 0) before = atomicAdd(a.tile_done + combine_counter(a, block), unsigned(written));
-  before = __shfl_sync(0xffffffffu, before, 0);
-  if (int(before) + written != a.ranges[a.active_count[0]]) return;
-  __threadfence();  // every other warp's item rows after their counts
-  const int d0 = block * R * int(kW2TileRows);
-  combine_rows(a.expert_ids, a.weights, a.item_out, a.out, int(a.rows), int(a.top_k), int(a.experts), int(a.hidden),
-               d0, min(int(a.hidden), d0 + R * int(kW2TileRows)));
-}
-
 template <bool kGateUp, int P, int R>
 __device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)[R][P][4], int block, int tiles,
                                             const W2Pass& ps, int lane) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (block * R + r < tiles) write_outputs<kGateUp, P>(a, acc[r], block * R + r, ps.first, ps.end, lane >> 2, lane & 3);
-  if (!kGateUp && a.combine_in_down) count_and_combine<R>(a, block, ps, lane);
 }
 
 // The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
@@ -322,7 +260,8 @@ __device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& 
   __threadfence();
   const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
-  if (lane == 0) done = atomicAdd(a.tile_done + tile_counter(a, kGateUp, block_id), 1u);
+  const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
+  if (lane == 0) done = atomicAdd(a.tile_done + counter, 1u);
   done = __shfl_sync(0xffffffffu, done, 0);
   if (done != uint32_t(last - first)) return;
   __threadfence();
@@ -360,12 +299,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_pr
   const int64_t launched = int64_t(gridDim.x) * kWarpsPerBlock;
   const Partition part{units, units < launched ? units : launched};
   const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (!kGateUp && a.combine_in_down && units == 0) {  // no valid item: the combine's zeros
-    pdl_wait();
-    const int64_t threads = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.rows * a.hidden; i += threads) a.out[i] = 0.0f;
-    return;
-  }
   if (warp >= part.workers) return;
   const int64_t u0 = part.start(warp), u1 = part.start(warp + 1);
   const int count = int(u1 - u0);  // a few hundred units at most per warp
@@ -486,12 +419,10 @@ W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t h
   const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;
   const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
   const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
-  return {passes, 2 * passes * blocks + combine_counters(hidden), partial, int(2 * pairs)};
+  return {passes, 2 * passes * blocks, partial, int(2 * pairs)};
 }
 
-bool moe_w2_launch(const MoeArgs& args, cudaStream_t stream) {
-  MoeArgs a = args;
-  a.combine_in_down = a.rows <= kCombineInDownRows && a.top_k <= 32;
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
   if (a.inner % kW2ChunkCols != 0)  // padding columns of act must read as zero
     cudaMemsetAsync(a.act_split, 0, size_t(a.rows * a.top_k * 3 * a.inner_padded) * sizeof(uint16_t), stream);
   const int64_t split_threads = std::max(a.rows * a.hidden_padded, a.tile_counters);
@@ -504,7 +435,6 @@ bool moe_w2_launch(const MoeArgs& args, cudaStream_t stream) {
     case 4: w2_products<2>(a, stream); break;
     default: w2_products<4>(a, stream); break;
   }
-  return a.combine_in_down;
 }
 
 }  // namespace moet::cuda

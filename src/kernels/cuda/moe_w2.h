@@ -1,6 +1,5 @@
 // The W2 tensor-core path of moe_launch (moe_w2.cu): prepare (grouping + activation split),
-// gate_up and down (at decode also the combine), chained with programmatic dependent launch on
-// sm_90. Expert pointers of
+// gate_up and down, chained with programmatic dependent launch on sm_90. Expert pointers of
 // MoeArgs::table point at tiled planes (w2_tiles.h); x_split / act_split are the scratch planes.
 #pragma once
 
@@ -20,8 +19,6 @@ struct W2Scratch {
 };
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner);
 
-// Launches the W2 steps; true when down also combined the items into a.out (batches of at most
-// two rows: no combine launch needed), false when the caller must launch the combine.
-bool moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
+void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
 
 }  // namespace moet::cuda
