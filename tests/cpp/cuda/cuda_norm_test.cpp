@@ -153,18 +153,28 @@ RopeConfig rope_config(int64_t dim, bool interleaved, bool yarn) {
   return c;
 }
 
+// A prologue case's inputs for up to 5 rows (seeds seed .. seed + 3): q and k values, and the
+// per-head norm weights in both backends when the case has them (else empty tensors).
+struct PrologueInputs {
+  std::vector<float> q_values, k_values;
+  std::pair<Tensor, Tensor> q_norm, k_norm;
+};
+PrologueInputs prologue_inputs(BackendPair& p, const PrologueCase& c, uint64_t seed) {
+  PrologueInputs in{random_floats(size_t(5 * c.q_heads * c.head_dim), seed, 2.0f),
+                    random_floats(size_t(5 * c.k_heads * c.head_dim), seed + 1, 2.0f), {}, {}};
+  if (c.norm) {
+    in.q_norm = p.activation(random_floats(size_t(c.head_dim), seed + 2), {c.head_dim});
+    in.k_norm = p.activation(random_floats(size_t(c.head_dim), seed + 3), {c.head_dim});
+  }
+  return in;
+}
+
 void check_prologue(const PrologueCase& c) {
   SCOPED_TRACE(c.name);
   BackendPair p;
   const RopeTable table = rope_table_build(c.rope);
   const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
-  const auto q_values = random_floats(size_t(5 * q_cols), 50, 2.0f);
-  const auto k_values = random_floats(size_t(5 * k_cols), 51, 2.0f);
-  std::pair<Tensor, Tensor> q_norm, k_norm;
-  if (c.norm) {
-    q_norm = p.activation(random_floats(size_t(c.head_dim), 52), {c.head_dim});
-    k_norm = p.activation(random_floats(size_t(c.head_dim), 53), {c.head_dim});
-  }
+  const auto [q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 50);
   const std::vector<int32_t> all_positions = {131071, 0, 17, 4093, 65537};
   std::vector<float> single_q;
   for (int64_t rows : {1, 5}) {
@@ -221,14 +231,8 @@ void check_prologue_kv(const PrologueCase& c) {
   BackendPair p;
   const RopeTable table = rope_table_build(c.rope);
   const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
-  const auto q_values = random_floats(size_t(5 * q_cols), 80, 2.0f);
-  const auto k_values = random_floats(size_t(5 * k_cols), 81, 2.0f);
-  const auto v_values = random_floats(size_t(5 * k_cols), 82, 2.0f);
-  std::pair<Tensor, Tensor> q_norm, k_norm;
-  if (c.norm) {
-    q_norm = p.activation(random_floats(size_t(c.head_dim), 83), {c.head_dim});
-    k_norm = p.activation(random_floats(size_t(c.head_dim), 84), {c.head_dim});
-  }
+  const auto [q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 80);
+  const auto v_values = random_floats(size_t(5 * k_cols), 84, 2.0f);
   const auto new_cache = [&](Backend& b) {
     return b.alloc_kv(4, kBlockSize, c.k_heads, c.head_dim, c.head_dim, false);
   };
