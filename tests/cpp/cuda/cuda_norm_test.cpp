@@ -153,14 +153,18 @@ RopeConfig rope_config(int64_t dim, bool interleaved, bool yarn) {
   return c;
 }
 
-// A prologue case's inputs for up to 5 rows (seeds seed .. seed + 3): q and k values, and the
-// per-head norm weights in both backends when the case has them (else empty tensors).
+// The positions of a prologue check's rows (the first row alone, then all five).
+const std::vector<int32_t> kProloguePositions = {131071, 0, 17, 4093, 65537};
+
+// A prologue case's inputs for up to 5 rows (seeds seed .. seed + 3): its rope table, q and k
+// values, and the per-head norm weights in both backends when the case has them (else empty).
 struct PrologueInputs {
+  RopeTable table;
   std::vector<float> q_values, k_values;
   std::pair<Tensor, Tensor> q_norm, k_norm;
 };
 PrologueInputs prologue_inputs(BackendPair& p, const PrologueCase& c, uint64_t seed) {
-  PrologueInputs in{random_floats(size_t(5 * c.q_heads * c.head_dim), seed, 2.0f),
+  PrologueInputs in{rope_table_build(c.rope), random_floats(size_t(5 * c.q_heads * c.head_dim), seed, 2.0f),
                     random_floats(size_t(5 * c.k_heads * c.head_dim), seed + 1, 2.0f), {}, {}};
   if (c.norm) {
     in.q_norm = p.activation(random_floats(size_t(c.head_dim), seed + 2), {c.head_dim});
@@ -172,13 +176,11 @@ PrologueInputs prologue_inputs(BackendPair& p, const PrologueCase& c, uint64_t s
 void check_prologue(const PrologueCase& c) {
   SCOPED_TRACE(c.name);
   BackendPair p;
-  const RopeTable table = rope_table_build(c.rope);
+  const auto [table, q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 50);
   const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
-  const auto [q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 50);
-  const std::vector<int32_t> all_positions = {131071, 0, 17, 4093, 65537};
   std::vector<float> single_q;
   for (int64_t rows : {1, 5}) {
-    const std::vector<int32_t> positions(all_positions.begin(), all_positions.begin() + rows);
+    const std::vector<int32_t> positions(kProloguePositions.begin(), kProloguePositions.begin() + rows);
     begin_rows(p, positions);
     const auto input = [&](const std::vector<float>& v, int64_t cols) {
       return p.activation({v.begin(), v.begin() + rows * cols}, {rows, cols});
@@ -229,17 +231,15 @@ TEST(CudaNorm, QkNormRopeMatchesCpuAndTheOpsItFuses) {
 void check_prologue_kv(const PrologueCase& c) {
   SCOPED_TRACE(c.name);
   BackendPair p;
-  const RopeTable table = rope_table_build(c.rope);
+  const auto [table, q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 80);
   const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
-  const auto [q_values, k_values, q_norm, k_norm] = prologue_inputs(p, c, 80);
   const auto v_values = random_floats(size_t(5 * k_cols), 84, 2.0f);
   const auto new_cache = [&](Backend& b) {
     return b.alloc_kv(4, kBlockSize, c.k_heads, c.head_dim, c.head_dim, false);
   };
-  const std::vector<int32_t> all_positions = {131071, 0, 17, 4093, 65537};
   for (int64_t rows : {1, 5}) {
     SCOPED_TRACE(rows == 1 ? "1 row" : "5 rows");
-    const std::vector<int32_t> positions(all_positions.begin(), all_positions.begin() + rows);
+    const std::vector<int32_t> positions(kProloguePositions.begin(), kProloguePositions.begin() + rows);
     begin_rows(p, positions, kScatteredSlots);
     const auto input = [&](const std::vector<float>& v, int64_t cols) {
       return p.activation({v.begin(), v.begin() + rows * cols}, {rows, cols});
