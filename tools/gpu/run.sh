@@ -17,12 +17,18 @@ export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MOET_LOG_LEVEL=warn
 MOET=$CARRY/moet
 status=0
+# A step that hangs must not eat the session's device time: each one is killed after
+# MOET_GPU_STEP_LIMIT seconds (default 300; exit 124 or 137 in steps.txt), and its output is line
+# buffered so that what it printed before survives the kill.
+STEP_LIMIT=${MOET_GPU_STEP_LIMIT:-300}
 step() {  # step NAME COMMAND...: runs it with its log in OUT_DIR/NAME.log, records the exit code
   local name=$1; shift
   local start=$SECONDS
-  "$@" > "$OUT_DIR/$name.log" 2>&1
+  timeout -k 10 "$STEP_LIMIT" stdbuf -oL -eL "$@" > "$OUT_DIR/$name.log" 2>&1
   local rc=$?
-  echo "$name: exit $rc ($((SECONDS - start)) s)" | tee -a "$OUT_DIR/steps.txt"
+  local note=""
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && note=", killed after ${STEP_LIMIT} s"
+  echo "$name: exit $rc ($((SECONDS - start)) s$note)" | tee -a "$OUT_DIR/steps.txt"
   [ $rc -eq 0 ] || status=1
 }
 
