@@ -13,9 +13,10 @@
 // and, for the block formats, their scale planes), read at run time, so a residency manager may
 // rewrite it between steps and captured graphs stay valid. Weights are BF16, F32, W2 or MXFP4
 // (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
-// scale planes [rows, cols / 32]); activations FP32, accumulation FP32. The block formats are
-// decoded in registers (byte-permute lookup tables) and summed per block of 32 before the one
-// multiply by the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h).
+// scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
+// registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by
+// the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
+// tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>

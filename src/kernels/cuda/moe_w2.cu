@@ -11,9 +11,10 @@
 //            memory into a ring of registers kDepth units deep, decodes them into A fragments
 //            (the block's scale in their exponents) and runs two MMAs per tile, scale block and
 //            item pair into FP32 accumulators (the R tiles share each load of the activations,
-//            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is written out by that warp;
-//            one shared by several warps gets each one's partial sums in a scratch slot, and the
-//            warp that finishes last (a per-block counter) adds them in warp order and writes it.
+//            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is
+//            written out by that warp; one shared by several warps gets each one's partial sums
+//            in a scratch slot, and the warp that finishes last (a per-block counter) adds them
+//            in warp order and writes it.
 //            gate_up ends with SiLU-and-mul, written already split for down; down writes each
 //            item's output rows for moe.cu's fixed-order combine, its first units fetched before
 //            it waits for gate_up.
