@@ -5,11 +5,14 @@
 # the working tree (the tree plus what is carried must stay under 64 MiB); tools/gpu/run.sh
 # unpacks and runs them there.
 # Usage: bash tools/gpu/pack.sh [archs]   (default 90; BUILD_DIR=... picks the build folder, default build-cuda)
+# BASE=REV also builds commit REV (checked out in the git worktree .gpu-base/, built in
+# build-base/, both kept so the next time is incremental) and packs its moet and cuda_*_bench as
+# <name>_base, for same-run A/B against the working tree (docs/gpu.md, "Variants").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCHS=${1:-90}
 B=${BUILD_DIR:-build-cuda}
-for ignored in /.gpu-carry/ /.gpu-pack/; do
+for ignored in /.gpu-carry/ /.gpu-pack/ /.gpu-base/; do
   grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
@@ -25,5 +28,18 @@ done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+
   while read -r lib; do cp -L "$lib" .gpu-carry/lib/; done
 git rev-parse HEAD > .gpu-carry/commit
 { git diff --quiet && git diff --cached --quiet; } || echo "(+ uncommitted changes)" >> .gpu-carry/commit
+if [ -n "${BASE:-}" ]; then
+  if [ -d .gpu-base ]; then
+    git -C .gpu-base checkout -q --detach "$BASE"
+  else
+    git worktree add -q --detach .gpu-base "$BASE"
+  fi
+  cmake -S .gpu-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
+  cmake --build build-base --target moet cuda_moe_bench cuda_norm_bench cuda_ops_bench
+  for bin in moet bench/cuda_moe_bench bench/cuda_norm_bench bench/cuda_ops_bench; do
+    cp "build-base/$bin" ".gpu-carry/$(basename "$bin")_base" && strip ".gpu-carry/$(basename "$bin")_base"
+  done
+  echo "base: $(git -C .gpu-base rev-parse HEAD)" >> .gpu-carry/commit
+fi
 mkdir -p .gpu-pack && tar cJf .gpu-pack/carry.tar.xz .gpu-carry
 du -sh .gpu-carry .gpu-pack
