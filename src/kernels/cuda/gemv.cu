@@ -14,8 +14,16 @@
 namespace moet::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kCols = 2;              // output columns per warp group
+// The MOET_GEMV_* macros exist so that variants can be built with -D for measurement
+// (tools/gpu/variant.sh); the defaults are the configuration measured in docs/gpu.md.
+#ifndef MOET_GEMV_WARPS
+#define MOET_GEMV_WARPS 8
+#endif
+#ifndef MOET_GEMV_COLS
+#define MOET_GEMV_COLS 2
+#endif
+constexpr int kWarps = MOET_GEMV_WARPS;
+constexpr int kCols = MOET_GEMV_COLS;  // output columns per warp group (at most 4: kMaxRows * kCols <= 32 lanes)
 constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
 
 // L2 prefetches of what warp_dot's vector path loads first from each of the warp's rows w[j] (its

@@ -15,7 +15,10 @@ namespace moet::cuda {
 
 constexpr int kMaxRows = 8;     // activation rows per pass over the weights
 constexpr int kChunk = 8;       // weights per lane per load (16 bytes of BF16)
-constexpr int kInFlight = 4;    // chunks per lane loaded before the first use
+#ifndef MOET_GEMV_IN_FLIGHT  // -D for measurement variants (tools/gpu/variant.sh)
+#define MOET_GEMV_IN_FLIGHT 4
+#endif
+constexpr int kInFlight = MOET_GEMV_IN_FLIGHT;  // chunks per lane loaded before the first use
 
 // Eight weights of type W as they sit in one load.
 template <typename W> struct WeightChunk;
