@@ -93,12 +93,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The largest S in {1, 2, 4, 8} that keeps at most ~4096 warps in the launch and slices of at
-// least 512 weights, each a multiple of kSliceAlign (so every slice keeps the vector path).
+// The largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096 warps in the
+// launch and slices of at least 512 weights, each a multiple of kSliceAlign (so every slice keeps
+// the vector path).
 int split_for(const GemvArgs& a) {
   const int64_t groups = (a.n + kCols - 1) / kCols * a.batch;
   int s = 1;
-  while (s < 8 && groups * s * 2 <= 4096 && a.k % (kSliceAlign * s * 2) == 0 && a.k / (s * 2) >= 512) s *= 2;
+  while (s < 8 && s < kWarps && groups * s * 2 <= 4096 && a.k % (kSliceAlign * s * 2) == 0 && a.k / (s * 2) >= 512)
+    s *= 2;
   return s;
 }
 
