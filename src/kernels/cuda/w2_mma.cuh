@@ -33,10 +33,9 @@ __host__ __device__ inline W2FragmentPos w2_fragment_pos(int lane, int q, int j,
 // takes m from bits 0 and 16 (shifted by 8) and s from bits 1 and 17 (shifted by 14). The scale
 // rides in the exponent, so the MMAs accumulate scaled products directly (e <= 252 keeps e + 2 a
 // finite exponent; e = 0 turns level +-1 into 0 instead of 2^-127).
-__host__ __device__ constexpr int w2_shift_of(int j) { return j; }  // registers 0..6
 // Where register j's bit with target position t (8 or 15, + 16 for the high half) sits in the word.
 __host__ __device__ constexpr int w2_source_bit(int j, int t) {
-  return j < 7 ? t - w2_shift_of(j) : (t % 16 == 8 ? t - 8 : t - 14);
+  return j < 7 ? t - j : (t % 16 == 8 ? t - 8 : t - 14);
 }
 __host__ __device__ constexpr int w2_m_bit(int j, int h) { return w2_source_bit(j, 8 + 16 * h); }
 __host__ __device__ constexpr int w2_s_bit(int j, int h) { return w2_source_bit(j, 15 + 16 * h); }
