@@ -3,36 +3,35 @@
 // partial sums added in slice order through shared memory. S depends only on the problem shape
 // (n, k, batch), never on the rows, so results stay batch-invariant and bit-identical run to run;
 // small matrices (K/V projections, routers) get S up to 8, so enough warps stream them at once,
-// and large ones (an LM head) keep S = 1. Launched as a programmatic dependent launch
-// (launch.cuh): until the previous kernel has finished, a warp only asks L2 for the first weights
-// of its rows.
+// and large ones (an LM head) keep S = 1. The rows per pass (R) and the loads in flight per lane
+// (F) are pure speed choices: each row's sums, and a lane's chunk order, are the same whatever
+// they are, so every R and F give the same bits. Launched as a programmatic dependent launch (launch.cuh): until the
+// previous kernel has finished, a warp only asks L2 for the first weights of its rows.
 #include "kernels/cuda/gemv.h"
 
 #include "kernels/cuda/gemv_core.cuh"
 #include "kernels/cuda/launch.cuh"
 
+#include <type_traits>
+
 namespace moet::cuda {
 namespace {
 
-// The MOET_GEMV_* macros exist so that variants can be built with -D for measurement
-// (tools/gpu/variant.sh); the defaults are the configuration measured in docs/gpu.md.
-#ifndef MOET_GEMV_WARPS
-#define MOET_GEMV_WARPS 8
-#endif
-#ifndef MOET_GEMV_COLS
-#define MOET_GEMV_COLS 2
-#endif
-constexpr int kWarps = MOET_GEMV_WARPS;
-constexpr int kCols = MOET_GEMV_COLS;  // output columns per warp group (at most 4: kMaxRows * kCols <= 32 lanes)
+constexpr int kWarps = 8;
+constexpr int kCols = 2;  // output columns per warp group
 constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
+// Launches of at most this many warps (about one wave on an H200: 132 SMs x 64) keep 2 loads in
+// flight per lane, larger ones 4: fewer bytes requested at once made one-wave products 5-10%
+// faster, the LM head 6% slower (cuda_ops_bench, docs/gpu.md Run 10).
+constexpr int64_t kOneWaveWarps = 8192;
 
 // L2 prefetches of what warp_dot's vector path loads first from each of the warp's rows w[j] (its
-// slices of k weights): the first kInFlight * 32 * kChunk weights (every lane's first kInFlight
-// loads; at most k), one prefetch per 16 bytes, lanes interleaved.
-template <typename W>
+// slices of k weights): the first F * 32 * kChunk weights (every lane's first F loads; at most
+// k), one prefetch per 16 bytes, lanes interleaved.
+template <typename W, int F>
 __device__ __forceinline__ void prefetch_first_weights(const W* const (&w)[kCols], int64_t k, int lane) {
-  constexpr int kBytes = kInFlight * 32 * kChunk * int(sizeof(W));
-  const int bytes = int(min(int64_t(kInFlight) * 32 * kChunk, k)) * int(sizeof(W));
+  constexpr int kBytes = F * 32 * kChunk * int(sizeof(W));
+  const int bytes = int(min(int64_t(F) * 32 * kChunk, k)) * int(sizeof(W));
 #pragma unroll
   for (int j = 0; j < kCols; ++j)
 #pragma unroll
@@ -40,9 +39,12 @@ __device__ __forceinline__ void prefetch_first_weights(const W* const (&w)[kCols
       if (offset < bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w[j]) + offset));
 }
 
-template <typename W, int S>
+// R activation rows per pass over the weights (R * kCols <= 32: one lane writes each sum), F loads
+// in flight per lane.
+template <typename W, int S, int R, int F>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec) {
-  __shared__ float partial[kWarps][kMaxRows][kCols];
+  static_assert(R * kCols <= 32 && R <= kMaxRows, "one lane per output");
+  __shared__ float partial[kWarps][R][kCols];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slice = warp % S;
   const int64_t n0 = (int64_t(blockIdx.x) * (kWarps / S) + warp / S) * kCols;
   const bool active = n0 < a.n;  // inactive warps still reach the block barriers
@@ -52,26 +54,26 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
   const W* w[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, a.n - 1) + j, a.n - 1) * a.k + k0;
-  if (active && vec) prefetch_first_weights(w, k1 - k0, lane);  // constant weights: legal before the wait
+  if (active && vec) prefetch_first_weights<W, F>(w, k1 - k0, lane);  // constant weights: legal before the wait
   pdl_wait();  // x comes from the previous kernels
-  for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxRows) {
-    const int rows = int(a.rows - r0 < kMaxRows ? a.rows - r0 : kMaxRows);
-    const float* x[kMaxRows];
+  for (int64_t r0 = 0; r0 < a.rows; r0 += R) {
+    const int rows = int(a.rows - r0 < R ? a.rows - r0 : R);
+    const float* x[R];
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
+    for (int r = 0; r < R; ++r)
       x[r] = a.x + b * a.x_batch_stride + (r0 + min(r, rows - 1)) * a.x_row_stride + k0;
-    float acc[kMaxRows][kCols];
-    warp_dot<W, kCols>(x, rows, w, int(k1 - k0), vec, acc);
+    float acc[R][kCols];
+    warp_dot<W, kCols, F, R>(x, rows, w, int(k1 - k0), vec, acc);
     if (S > 1) {
       if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < kMaxRows; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int j = 0; j < kCols; ++j) partial[warp][r][j] = acc[r][j];
       __syncthreads();
       if (slice == 0)
 #pragma unroll
-        for (int r = 0; r < kMaxRows; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int j = 0; j < kCols; ++j)
 #pragma unroll
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
     }
     if (!active || slice != 0) continue;
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int j = 0; j < kCols; ++j)
         if (lane == r * kCols + j && r < rows && n0 + j < a.n)
@@ -104,20 +106,42 @@ int split_for(const GemvArgs& a) {
   return s;
 }
 
-template <typename W, int S>
+template <typename W, int S, int R, int F>
 void launch(const GemvArgs& a, bool vec, cudaStream_t stream) {
   const int64_t cols_per_block = kCols * (kWarps / S);
   const dim3 grid(unsigned((a.n + cols_per_block - 1) / cols_per_block), unsigned(a.batch));
-  launch_dependent_kernel<gemv_kernel<W, S>>(grid, dim3(kWarps * 32), 0, 1, stream, a, vec);
+  launch_dependent_kernel<gemv_kernel<W, S, R, F>>(grid, dim3(kWarps * 32), 0, 1, stream, a, vec);
+}
+
+// One row (decode at batch 1) gets a kernel of one row per pass (R = 1): the 8-row kernel's
+// registers (accumulators and row pointers for 8 rows) leave room for 2 blocks per SM, so the q
+// and o products of the model shapes (512 blocks) ran in two waves; a 4-row kernel still needs
+// 94 to 128 registers (2 blocks per SM), so more rows take R = 8. F = 2
+// for launches of about one wave. F32 weights (small test models) keep one shape.
+template <typename W, int S, int R>
+void launch_rows(const GemvArgs& a, bool vec, cudaStream_t stream) {
+  const bool one_wave = (a.n + kCols - 1) / kCols * a.batch * S <= kOneWaveWarps;
+  one_wave ? launch<W, S, R, 2>(a, vec, stream) : launch<W, S, R, 4>(a, vec, stream);
+}
+
+template <typename W, int S>
+void launch_shape(const GemvArgs& a, bool vec, cudaStream_t stream) {
+  if constexpr (std::is_same_v<W, float>) {
+    launch<W, S, kMaxRows, 4>(a, vec, stream);
+  } else if (a.rows == 1) {
+    launch_rows<W, S, 1>(a, vec, stream);
+  } else {
+    launch_rows<W, S, kMaxRows>(a, vec, stream);
+  }
 }
 
 template <typename W>
 void launch_split(const GemvArgs& a, bool vec, cudaStream_t stream) {
   switch (split_for(a)) {
-    case 8: launch<W, 8>(a, vec, stream); break;
-    case 4: launch<W, 4>(a, vec, stream); break;
-    case 2: launch<W, 2>(a, vec, stream); break;
-    default: launch<W, 1>(a, vec, stream); break;
+    case 8: launch_shape<W, 8>(a, vec, stream); break;
+    case 4: launch_shape<W, 4>(a, vec, stream); break;
+    case 2: launch_shape<W, 2>(a, vec, stream); break;
+    default: launch_shape<W, 1>(a, vec, stream); break;
   }
 }
 

@@ -13,12 +13,9 @@
 
 namespace moet::cuda {
 
-constexpr int kMaxRows = 8;     // activation rows per pass over the weights
+constexpr int kMaxRows = 8;     // activation rows per pass over the weights (at most)
 constexpr int kChunk = 8;       // weights per lane per load (16 bytes of BF16)
-#ifndef MOET_GEMV_IN_FLIGHT  // -D for measurement variants (tools/gpu/variant.sh)
-#define MOET_GEMV_IN_FLIGHT 4
-#endif
-constexpr int kInFlight = MOET_GEMV_IN_FLIGHT;  // chunks per lane loaded before the first use
+constexpr int kInFlight = 4;    // default chunks per lane loaded before the first use
 
 // Eight weights of type W as they sit in one load.
 template <typename W> struct WeightChunk;
@@ -48,11 +45,11 @@ template <> struct WeightChunk<float> {
 __device__ __forceinline__ float weight_value(const uint16_t* p) { return __uint_as_float(uint32_t(*p) << 16); }
 __device__ __forceinline__ float weight_value(const float* p) { return *p; }
 
-template <typename W, int NW>
-__device__ __forceinline__ void accumulate_chunk(const WeightChunk<W> (&w)[NW], const float* const (&x)[kMaxRows],
-                                                 int rows, int base, float (&acc)[kMaxRows][NW]) {
+template <typename W, int NW, int R>
+__device__ __forceinline__ void accumulate_chunk(const WeightChunk<W> (&w)[NW], const float* const (&x)[R], int rows,
+                                                 int base, float (&acc)[R][NW]) {
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
+  for (int r = 0; r < R; ++r) {
     if (r >= rows) break;
     const float4 x0 = *reinterpret_cast<const float4*>(x[r] + base);
     const float4 x1 = *reinterpret_cast<const float4*>(x[r] + base + 4);
@@ -64,37 +61,39 @@ __device__ __forceinline__ void accumulate_chunk(const WeightChunk<W> (&w)[NW], 
   }
 }
 
-// acc[r][j] = sum_k x[r][k] * w[j][k], complete in every lane on return.
-template <typename W, int NW>
-__device__ __forceinline__ void warp_dot(const float* const (&x)[kMaxRows], int rows, const W* const (&w)[NW],
-                                         int k, bool vec, float (&acc)[kMaxRows][NW]) {
+// acc[r][j] = sum_k x[r][k] * w[j][k] for the rows r < rows <= R, complete in every lane on
+// return. F chunks per lane are loaded before the first is used. A row's sums depend on neither F
+// nor R (chunks ascend per lane; rows never mix).
+template <typename W, int NW, int F = kInFlight, int R = kMaxRows>
+__device__ __forceinline__ void warp_dot(const float* const (&x)[R], int rows, const W* const (&w)[NW], int k,
+                                         bool vec, float (&acc)[R][NW]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < NW; ++j) acc[r][j] = 0.0f;
   if (vec) {
     constexpr int stride = 32 * kChunk;
     int base = lane * kChunk;
-    for (; base + (kInFlight - 1) * stride + kChunk <= k; base += kInFlight * stride) {
-      WeightChunk<W> chunk[kInFlight][NW];
+    for (; base + (F - 1) * stride + kChunk <= k; base += F * stride) {
+      WeightChunk<W> chunk[F][NW];
 #pragma unroll
-      for (int u = 0; u < kInFlight; ++u)
+      for (int u = 0; u < F; ++u)
 #pragma unroll
         for (int j = 0; j < NW; ++j) chunk[u][j].load(w[j] + base + u * stride);
 #pragma unroll
-      for (int u = 0; u < kInFlight; ++u) accumulate_chunk<W, NW>(chunk[u], x, rows, base + u * stride, acc);
+      for (int u = 0; u < F; ++u) accumulate_chunk<W, NW, R>(chunk[u], x, rows, base + u * stride, acc);
     }
     for (; base + kChunk <= k; base += stride) {
       WeightChunk<W> chunk[NW];
 #pragma unroll
       for (int j = 0; j < NW; ++j) chunk[j].load(w[j] + base);
-      accumulate_chunk<W, NW>(chunk, x, rows, base, acc);
+      accumulate_chunk<W, NW, R>(chunk, x, rows, base, acc);
     }
   } else {
     for (int i = lane; i < k; i += 32) {
 #pragma unroll
-      for (int r = 0; r < kMaxRows; ++r) {
+      for (int r = 0; r < R; ++r) {
         if (r >= rows) break;
         const float xv = x[r][i];
 #pragma unroll

@@ -84,8 +84,9 @@ TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
 
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
 // router 128 x 4096) and odd ones: 8 rows against the CPU; every row count 1..7 bit-identical to
-// the first rows of the 8-row result (batch invariance); the 8 rows reversed give the reversed
-// bits (a row's place in the MMA tile does not matter); a second run bit-identical.
+// the first rows of the 8-row result (batch invariance; one row takes a kernel of its own); the 8
+// rows reversed give the reversed bits (a row's place in the MMA tile does not matter); a second
+// run bit-identical.
 void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, bool bf16) {
   const int64_t rows = 8;
   const auto wf = random_floats(size_t(n * k), uint64_t(n + k), 0.02f);
@@ -127,6 +128,7 @@ TEST(CudaOps, DecodeMatmulShapesMatchCpu) {
   for (int64_t n : {128, 512, 4096}) check_decode_matmul(p, n, 4096, false);
   check_decode_matmul(p, 131, 4104, true);  // a partial column tile and a partial 32-k step
   check_decode_matmul(p, 1000, 7168, true); // DeepSeek-V3's hidden size
+  check_decode_matmul(p, 40000, 512, true); // several waves of warps: 4 loads in flight, not 2
   check_decode_matmul(p, 77, 4099, true);   // odd k: the CUDA-core scalar path
   check_decode_matmul(p, 77, 4099, false);
 }
