@@ -163,6 +163,14 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
   // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // Two products of one input with weights of one shape and type (GQA's K and V projections):
+  // ya = x @ wa^T (+ bias_a), yb = x @ wb^T (+ bias_b). The same results as the two matmul()
+  // calls, which this default makes; the CUDA backend runs them as one launch.
+  virtual void matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
+                           const Tensor* bias_b, Tensor& yb) {
+    matmul(x, wa, bias_a, ya);
+    matmul(x, wb, bias_b, yb);
+  }
   virtual void add(Tensor& y, const Tensor& x) = 0;
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // Rotates x[..., offset : offset + rot_dim] of each of `heads` heads (head_stride apart) of

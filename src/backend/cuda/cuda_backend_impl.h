@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/head_norm_rope.h"
 
 #include <cuda_runtime_api.h>
@@ -62,6 +63,8 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
+  void matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
+                   const Tensor* bias_b, Tensor& yb) override;
   void add(Tensor& y, const Tensor& x) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
   void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override;
@@ -110,6 +113,7 @@ class CudaBackend final : public Backend {
                                                                Tensor& k, int64_t k_heads, int64_t head_dim,
                                                                const Tensor& q_norm, const Tensor& k_norm);
   static bool is_bf16(const Tensor& t);
+  static cuda::GemvArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
   void check_launch(const char* op) {
     check_launch(op, [op] { return std::string(op); });

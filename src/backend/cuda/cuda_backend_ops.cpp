@@ -51,13 +51,28 @@ void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tenso
   check_launch("add_rmsnorm", [&] { return fmt::format("add_rmsnorm[dim={}]", dim); });
 }
 
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+// The launch arguments of y = x @ w^T (+ bias), after checking the shapes.
+cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
   MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
              rows, k, n, w.dim(1));
   const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
-  gemv_launch({x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1}, stream_);
-  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", n, k); });
+  return {x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1};
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  const GemvArgs a = matmul_args(x, w, bias, y);
+  gemv_launch(a, stream_);
+  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", a.n, a.k); });
+}
+
+void CudaBackend::matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
+                              const Tensor* bias_b, Tensor& yb) {
+  const GemvArgs a = matmul_args(x, wa, bias_a, ya), b = matmul_args(x, wb, bias_b, yb);
+  MOET_CHECK(wb.shape == wa.shape && wb.dtype == wa.dtype, "matmul_pair: weights [{}, {}] and [{}, {}] differ",
+             wa.dim(0), wa.dim(1), wb.dim(0), wb.dim(1));
+  gemv_pair_launch(a, b.w, b.bias, b.y, stream_);
+  check_launch("matmul_pair", [&] { return fmt::format("matmul_pair[n={},k={}]", a.n, a.k); });
 }
 
 void CudaBackend::add(Tensor& y, const Tensor& x) {

@@ -50,7 +50,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
   const bool active = n0 < a.n;  // inactive warps still reach the block barriers
   const int64_t k0 = a.k * slice / S, k1 = a.k * (slice + 1) / S;
   const int64_t b = blockIdx.y;
-  const W* wb = static_cast<const W*>(a.w) + b * a.w_batch_stride;
+  const bool second = b == 1 && a.w_second != nullptr;
+  const W* wb = second ? static_cast<const W*>(a.w_second) : static_cast<const W*>(a.w) + b * a.w_batch_stride;
+  const float* bias = second ? a.bias_second : a.bias;
+  float* y = second ? a.y_second : a.y + b * a.y_batch_stride;
   const W* w[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, a.n - 1) + j, a.n - 1) * a.k + k0;
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 #pragma unroll
       for (int j = 0; j < kCols; ++j)
         if (lane == r * kCols + j && r < rows && n0 + j < a.n)
-          a.y[b * a.y_batch_stride + (r0 + r) * a.y_row_stride + n0 + j] = acc[r][j] + (a.bias ? a.bias[n0 + j] : 0.0f);
+          y[(r0 + r) * a.y_row_stride + n0 + j] = acc[r][j] + (bias ? bias[n0 + j] : 0.0f);
   }
   // The next kernel is let in only as blocks finish: triggered at the start, its waiting blocks
   // made matrices of several waves 7-15% slower at batch 4 and 8 (cuda_ops_bench, H200).
@@ -96,10 +99,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096 warps in the
-// launch and slices of at least 512 weights, each a multiple of kSliceAlign (so every slice keeps
+// launch (in each product of a pair) and slices of at least 512 weights, each a multiple of kSliceAlign (so every slice keeps
 // the vector path).
 int split_for(const GemvArgs& a) {
-  const int64_t groups = (a.n + kCols - 1) / kCols * a.batch;
+  const int64_t groups = (a.n + kCols - 1) / kCols * (a.w_second ? 1 : a.batch);  // a pair: as each alone
   int s = 1;
   while (s < 8 && s < kWarps && groups * s * 2 <= 4096 && a.k % (kSliceAlign * s * 2) == 0 && a.k / (s * 2) >= 512)
     s *= 2;
@@ -149,7 +152,8 @@ void launch_split(const GemvArgs& a, bool vec, cudaStream_t stream) {
 
 bool gemv_vector_ok(const GemvArgs& a) {
   return a.k % kChunk == 0 && a.x_row_stride % 4 == 0 && a.x_batch_stride % 4 == 0 &&
-         a.w_batch_stride % kChunk == 0 && aligned16(a.x) && aligned16(a.w);
+         a.w_batch_stride % kChunk == 0 && aligned16(a.x) && aligned16(a.w) &&
+         (a.w_second == nullptr || aligned16(a.w_second));
 }
 
 void gemv_launch(const GemvArgs& a, cudaStream_t stream) {
@@ -159,6 +163,17 @@ void gemv_launch(const GemvArgs& a, cudaStream_t stream) {
   } else {
     launch_split<float>(a, vec, stream);
   }
+}
+
+void gemv_pair_launch(const GemvArgs& first, const void* w_second, const float* bias_second, float* y_second,
+                      cudaStream_t stream) {
+  GemvArgs a = first;
+  a.batch = 2;
+  a.x_batch_stride = 0;
+  a.w_second = w_second;
+  a.bias_second = bias_second;
+  a.y_second = y_second;
+  gemv_launch(a, stream);
 }
 
 }  // namespace moet::cuda

@@ -20,10 +20,20 @@ struct GemvArgs {
   float* y;
   int64_t y_row_stride, y_batch_stride;
   int64_t rows, n, k, batch;
+  // A second product of the same x, for batch = 2 (gemv_pair_launch): problem 1 reads these
+  // instead of the batch strides. Null: every problem is found through the strides.
+  const void* w_second = nullptr;
+  const float* bias_second = nullptr;
+  float* y_second = nullptr;
 };
 
 // Whether the 16-byte vector path applies to these pointers and strides.
 bool gemv_vector_ok(const GemvArgs& a);
 void gemv_launch(const GemvArgs& a, cudaStream_t stream);
+// y = x @ w^T (+ bias) and y_second = x @ w_second^T (+ bias_second) in one launch: `first` is a
+// single product (batch 1), w_second has its shape and type. Each result is bit-identical to
+// gemv_launch of that product alone.
+void gemv_pair_launch(const GemvArgs& first, const void* w_second, const float* bias_second, float* y_second,
+                      cudaStream_t stream);
 
 }  // namespace moet::cuda

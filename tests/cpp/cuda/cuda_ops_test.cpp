@@ -11,7 +11,10 @@
 
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 #include <numeric>
+#include <string>
 
 namespace moet::test {
 namespace {
@@ -80,6 +83,45 @@ TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
   const auto all = host(*p.gpu, y), again = host(*p.gpu, y_again), one = host(*p.gpu, y1);
   EXPECT_EQ(0, std::memcmp(all.data(), again.data(), all.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(all.data(), one.data(), one.size() * sizeof(float)));
+}
+
+// matmul_pair (GQA's K and V in one launch): against the CPU backend's two products, and bit for
+// bit against two GPU matmul() calls; K/V shapes (split K over 8 warps), a partial column tile
+// with odd k (the scalar path), with and without biases, one row and several.
+TEST(CudaOps, MatmulPairMatchesTwoMatmuls) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{512, 4096}, {131, 4099}}) {
+    for (int64_t rows : {1, 5}) {
+      for (bool with_bias : {false, true}) {
+        const std::string what = fmt::format("n {} k {} rows {} bias {}", n, k, rows, with_bias);
+        auto wa = p.weight(to_bf16(random_floats(size_t(n * k), 11, 0.02f)).data(), DType::bf16, {n, k});
+        auto wb = p.weight(to_bf16(random_floats(size_t(n * k), 12, 0.02f)).data(), DType::bf16, {n, k});
+        auto x = p.activation(random_floats(size_t(rows * k), uint64_t(rows + k)), {rows, k});
+        auto ba = p.activation(random_floats(size_t(n), 13), {n}), bb = p.activation(random_floats(size_t(n), 14), {n});
+        auto ya = p.alloc({rows, n}), yb = p.alloc({rows, n});
+        p.cpu->matmul_pair(x.first, wa.first, with_bias ? &ba.first : nullptr, ya.first, wb.first,
+                           with_bias ? &bb.first : nullptr, yb.first);
+        p.gpu->matmul_pair(x.second, wa.second, with_bias ? &ba.second : nullptr, ya.second, wb.second,
+                           with_bias ? &bb.second : nullptr, yb.second);
+        EXPECT_LT(max_rel_diff(p, ya), kTol) << what;
+        EXPECT_LT(max_rel_diff(p, yb), kTol) << what;
+        Tensor alone_a = p.gpu->alloc({rows, n}), alone_b = p.gpu->alloc({rows, n});
+        p.gpu->matmul(x.second, wa.second, with_bias ? &ba.second : nullptr, alone_a);
+        p.gpu->matmul(x.second, wb.second, with_bias ? &bb.second : nullptr, alone_b);
+        const auto pair_a = host(*p.gpu, ya.second), pair_b = host(*p.gpu, yb.second);
+        const auto one_a = host(*p.gpu, alone_a), one_b = host(*p.gpu, alone_b);
+        EXPECT_EQ(0, std::memcmp(pair_a.data(), one_a.data(), one_a.size() * sizeof(float))) << what;
+        EXPECT_EQ(0, std::memcmp(pair_b.data(), one_b.data(), one_b.size() * sizeof(float))) << what;
+      }
+    }
+  }
+  auto x = p.activation(random_floats(64, 1), {1, 64});
+  auto w = p.weight(to_bf16(random_floats(64 * 8, 2)).data(), DType::bf16, {8, 64});
+  auto w_other = p.weight(to_bf16(random_floats(64 * 4, 3)).data(), DType::bf16, {4, 64});
+  auto y = p.alloc({1, 8}), y_other = p.alloc({1, 4});
+  EXPECT_THROW(p.gpu->matmul_pair(x.second, w.second, nullptr, y.second, w_other.second, nullptr, y_other.second),
+               Error);
 }
 
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
