@@ -74,28 +74,37 @@ struct Bench {
 
 int64_t copies_for(double bytes) { return std::clamp<int64_t>(int64_t(std::ceil(kRotateBytes / bytes)), 1, 64); }
 
-nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name) {
+// y = x @ w^T with BF16 weights [n, k]; `pair`: two such products of one x per call
+// (Backend::matmul_pair, GQA's K and V), counting both matrices' bytes.
+nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, bool pair = false) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> pattern(size_t(1) << 20), host(size_t(n * k));
   for (auto& v : pattern) v = float_to_bf16(normal(rng));
   for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
-  const double bytes = double(n * k * 2);
+  const double bytes = double(n * k * 2) * (pair ? 2 : 1);
   std::vector<Tensor> weights;
-  for (int64_t c = 0; c < copies_for(bytes); ++c)
+  for (int64_t c = 0; c < 2 * copies_for(bytes); ++c)
     weights.push_back(b.backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()),
                                         host.size() * 2, "bench"}));
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 4, 8}) {
     const Tensor x = b.filled({rows, k}, 0.5f);
-    Tensor y = b.backend.alloc({rows, n});
-    const double s =
-        b.seconds_per_call(y, [&](int i) { b.backend.matmul(x, weights[size_t(i) % weights.size()], nullptr, y); });
-    const std::string what = std::string("matmul ") + name + " " + std::to_string(n) + "x" + std::to_string(k);
+    Tensor y = b.backend.alloc({rows, n}), y_second = b.backend.alloc({rows, n});
+    const double s = b.seconds_per_call(y, [&](int i) {
+      const Tensor& w = weights[size_t(2 * i) % weights.size()];
+      if (pair) {
+        b.backend.matmul_pair(x, w, nullptr, y, weights[size_t(2 * i + 1) % weights.size()], nullptr, y_second);
+      } else {
+        b.backend.matmul(x, w, nullptr, y);
+      }
+    });
+    const std::string what =
+        std::string(pair ? "matmul_pair " : "matmul ") + name + " " + std::to_string(n) + "x" + std::to_string(k);
     rows_out.push_back(b.report(what, rows, s, bytes));
   }
-  return {{"op", "matmul_bf16"}, {"name", name}, {"n", n}, {"k", k}, {"results", rows_out}};
+  return {{"op", pair ? "matmul_pair_bf16" : "matmul_bf16"}, {"name", name}, {"n", n}, {"k", k}, {"results", rows_out}};
 }
 
 nlohmann::json bench_attention(Bench& b, int64_t context) {
@@ -160,6 +169,7 @@ int main(int argc, char** argv) {
   out.push_back(moet::bench_gemv(bench, 8192, 4096, "q_proj"));
   out.push_back(moet::bench_gemv(bench, 4096, 8192, "o_proj"));
   out.push_back(moet::bench_gemv(bench, 512, 4096, "k_proj"));
+  out.push_back(moet::bench_gemv(bench, 512, 4096, "k+v_proj", true));
   out.push_back(moet::bench_gemv(bench, 128, 4096, "router gate"));
   out.push_back(moet::bench_gemv(bench, 151936, 4096, "lm_head"));
   for (int64_t context : {128, 4096}) out.push_back(moet::bench_attention(bench, context));
