@@ -5,8 +5,9 @@
 // small matrices (K/V projections, routers) get S up to 8, so enough warps stream them at once,
 // and large ones (an LM head) keep S = 1. The rows per pass (R) and the loads in flight per lane
 // (F) are pure speed choices: each row's sums, and a lane's chunk order, are the same whatever
-// they are, so every R and F give the same bits. Launched as a programmatic dependent launch (launch.cuh): until the
-// previous kernel has finished, a warp only asks L2 for the first weights of its rows.
+// they are, so every R and F give the same bits. Launched as a programmatic dependent launch
+// (launch.cuh): until the previous kernel has finished, a warp only asks L2 for the first
+// weights of its rows.
 #include "kernels/cuda/gemv.h"
 
 #include "kernels/cuda/gemv_core.cuh"
@@ -21,7 +22,7 @@ constexpr int kWarps = 8;
 constexpr int kCols = 2;  // output columns per warp group
 constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
 // Launches of at most this many warps (about one wave on an H200: 132 SMs x 64) keep 2 loads in
-// flight per lane, larger ones 4: fewer bytes requested at once made one-wave products 5-10%
+// flight per lane, larger ones 4: fewer bytes requested at once made one-wave products 5-7%
 // faster, the LM head 6% slower (cuda_ops_bench, docs/gpu.md Run 10).
 constexpr int64_t kOneWaveWarps = 8192;
 
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096 warps in the
-// launch (in each product of a pair) and slices of at least 512 weights, each a multiple of kSliceAlign (so every slice keeps
-// the vector path).
+// launch (in each product of a pair) and slices of at least 512 weights, each a multiple of
+// kSliceAlign (so every slice keeps the vector path).
 int split_for(const GemvArgs& a) {
   const int64_t groups = (a.n + kCols - 1) / kCols * (a.w_second ? 1 : a.batch);  // a pair: as each alone
   int s = 1;
@@ -119,8 +120,8 @@ void launch(const GemvArgs& a, bool vec, cudaStream_t stream) {
 // One row (decode at batch 1) gets a kernel of one row per pass (R = 1): the 8-row kernel's
 // registers (accumulators and row pointers for 8 rows) leave room for 2 blocks per SM, so the q
 // and o products of the model shapes (512 blocks) ran in two waves; a 4-row kernel still needs
-// 94 to 128 registers (2 blocks per SM), so more rows take R = 8. F = 2
-// for launches of about one wave. F32 weights (small test models) keep one shape.
+// 94 to 128 registers (2 blocks per SM), so more rows take R = 8. F = 2 for launches of about one
+// wave. F32 weights (small test models) keep one shape.
 template <typename W, int S, int R>
 void launch_rows(const GemvArgs& a, bool vec, cudaStream_t stream) {
   const bool one_wave = (a.n + kCols - 1) / kCols * a.batch * S <= kOneWaveWarps;
