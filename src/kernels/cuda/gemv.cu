@@ -21,9 +21,9 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kCols = 2;  // output columns per warp group
 constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
-// Launches of at most this many warps (about one wave on an H200: 132 SMs x 64) keep 2 loads in
-// flight per lane, larger ones 4: fewer bytes requested at once made one-wave products 5-7%
-// faster, the LM head 6% slower (cuda_ops_bench, docs/gpu.md Run 10).
+// One-row launches of at most this many warps (about one wave on an H200: 132 SMs x 64) keep 2
+// loads in flight per lane, larger ones 4: fewer bytes requested at once made one-wave products
+// 5-7% faster, the LM head 6% slower (cuda_ops_bench, docs/gpu.md Run 10).
 constexpr int64_t kOneWaveWarps = 8192;
 
 // L2 prefetches of what warp_dot's vector path loads first from each of the warp's rows w[j] (its
@@ -118,24 +118,20 @@ void launch(const GemvArgs& a, bool vec, cudaStream_t stream) {
 }
 
 // One row (decode at batch 1) gets a kernel of one row per pass (R = 1): the 8-row kernel's
-// registers (accumulators and row pointers for 8 rows) leave room for 2 blocks per SM, so the q
-// and o products of the model shapes (512 blocks) ran in two waves; a 4-row kernel still needs
-// 94 to 128 registers (2 blocks per SM), so more rows take R = 8. F = 2 for launches of about one
-// wave. F32 weights (small test models) keep one shape.
-template <typename W, int S, int R>
-void launch_rows(const GemvArgs& a, bool vec, cudaStream_t stream) {
-  const bool one_wave = (a.n + kCols - 1) / kCols * a.batch * S <= kOneWaveWarps;
-  one_wave ? launch<W, S, R, 2>(a, vec, stream) : launch<W, S, R, 4>(a, vec, stream);
-}
-
+// registers (accumulators and row pointers for 8 rows; 104-128 when measured) left room for 2
+// blocks per SM, so the q and o products of the model shapes (512 blocks) ran in two waves. One row keeps 2 loads in
+// flight in launches of about one wave and 4 in larger ones (the LM head); more rows keep 2 at
+// every size (with 8 rows, 4 in flight was no faster on the LM head and spills on sm_90). F32
+// weights (small test models) keep one shape.
 template <typename W, int S>
 void launch_shape(const GemvArgs& a, bool vec, cudaStream_t stream) {
   if constexpr (std::is_same_v<W, float>) {
     launch<W, S, kMaxRows, 4>(a, vec, stream);
   } else if (a.rows == 1) {
-    launch_rows<W, S, 1>(a, vec, stream);
+    const bool one_wave = (a.n + kCols - 1) / kCols * a.batch * S <= kOneWaveWarps;
+    one_wave ? launch<W, S, 1, 2>(a, vec, stream) : launch<W, S, 1, 4>(a, vec, stream);
   } else {
-    launch_rows<W, S, kMaxRows>(a, vec, stream);
+    launch<W, S, kMaxRows, 2>(a, vec, stream);
   }
 }
 
