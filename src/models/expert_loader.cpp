@@ -7,7 +7,6 @@
 #include "io/pack_writer.h"
 #include "models/weight_loader.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace moet {
@@ -78,13 +77,9 @@ ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t ex
     check_shape(sources.down, hidden, inner);
     pack_quantize_slot(*spec_, sources, pool_, slot_.data());
   } else {
-    // Random experts: arbitrary codes, scales near 2^-6 so activations stay finite.
-    // Eight bytes per generator step: full-size shapes (tens of GB of codes) stay quick to invent.
-    for (size_t i = 0; i < slot_.size(); i += 8) {
-      random_state_ = random_state_ * 6364136223846793005ull + 1442695040888963407ull;
-      const uint64_t bits = random_state_ ^ (random_state_ >> 29);
-      std::memcpy(slot_.data() + i, &bits, std::min<size_t>(8, slot_.size() - i));
-    }
+    // Random experts: arbitrary codes, scales near 2^-6 so activations stay finite. Filled on
+    // every core: full-size shapes are tens of GB of codes.
+    random_.fill(slot_.data(), slot_.size(), pool_);
     const SlotLayout layout = spec_->layout();
     std::memset(slot_.data() + layout.scales13, 121, layout.codes2 - layout.scales13);
     std::memset(slot_.data() + layout.scales2, 121, layout.slot_bytes - layout.scales2);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "core/random_bytes.h"
 #include "core/thread_pool.h"
 #include "formats/mx_block.h"
 #include "io/checkpoint.h"
@@ -51,7 +52,7 @@ class ExpertLoader {
   std::optional<PackSpec> spec_;           // w2 / fp4
   std::unique_ptr<PackReader> reader_;     // with a pack directory
   std::vector<uint8_t> slot_;
-  uint64_t random_state_ = 0x9e3779b97f4a7c15ull;
+  RandomBytes random_{0x9e3779b97f4a7c15ull};
 };
 
 }  // namespace moet

@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace moet {
@@ -25,24 +26,42 @@ bool WeightLoader::has(const std::string& name) const {
   return checkpoint_ ? checkpoint_->find(name) != nullptr : !ends_with(name, ".bias");
 }
 
+const TensorInfo& WeightLoader::keep(TensorInfo info, std::unique_ptr<uint8_t[]> bytes) {
+  if (invented_.size() >= 2) invented_.pop_front();
+  info.data = bytes.get();
+  invented_.emplace_back(std::move(info), std::move(bytes));
+  return invented_.back().first;
+}
+
+// Each chunk of kInventChunk values draws from its own generator, seeded from the tensor's seed
+// (one draw of rng_ per tensor) and the chunk's index, so the values do not depend on the thread
+// count; one normal draw per 64 values, varied along them, keeps invention fast at full-size
+// shapes (Qwen3-235B: 16 GB of dense weights).
 const TensorInfo& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
+  constexpr int64_t kInventChunk = int64_t(1) << 16;
   int64_t count = 1;
   for (int64_t d : shape) count *= d;
-  std::vector<uint8_t> bytes(size_t(count) * 2);
-  auto* values = reinterpret_cast<uint16_t*>(bytes.data());
+  std::unique_ptr<uint8_t[]> bytes(new uint8_t[size_t(count) * 2]);  // every byte written below
+  auto* values = reinterpret_cast<uint16_t*>(bytes.get());
   const bool norm = ends_with(name, "norm.weight");
   const bool bias = ends_with(name, "correction_bias");
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  // One random draw per 64 values keeps invention fast at full-size shapes; values still vary.
-  for (int64_t i = 0; i < count; i += 64) {
-    const float base = normal(rng_);
-    for (int64_t j = i; j < std::min(count, i + 64); ++j)
-      values[j] = float_to_bf16(norm ? 1.0f : bias ? 0.0f : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
-  }
-  if (invented_.size() >= 2) invented_.pop_front();
-  invented_.emplace_back(TensorInfo{name, DType::bf16, shape, nullptr, bytes.size(), "(random)"}, std::move(bytes));
-  invented_.back().first.data = invented_.back().second.data();
-  return invented_.back().first;
+  const uint64_t tensor_seed = rng_();
+  if (!pool_) pool_ = std::make_unique<ThreadPool>();
+  pool_->parallel_for(size_t((count + kInventChunk - 1) / kInventChunk), [&](size_t begin, size_t end) {
+    for (size_t chunk = begin; chunk < end; ++chunk) {
+      std::mt19937_64 rng(tensor_seed + 0x9e3779b97f4a7c15ull * (chunk + 1));
+      std::normal_distribution<float> normal(0.0f, 0.02f);
+      const int64_t first = int64_t(chunk) * kInventChunk, last = std::min(count, first + kInventChunk);
+      for (int64_t i = first; i < last; i += 64) {
+        const float base = normal(rng);
+        for (int64_t j = i; j < std::min(last, i + 64); ++j)
+          values[j] = float_to_bf16(norm   ? 1.0f
+                                    : bias ? 0.0f
+                                           : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
+      }
+    }
+  });
+  return keep(TensorInfo{name, DType::bf16, shape, nullptr, size_t(count) * 2, "(random)"}, std::move(bytes));
 }
 
 bool WeightLoader::is_plain_float(const std::string& name) const {
@@ -64,14 +83,12 @@ const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vect
              "tensor '{}' decodes to [{}, {}] but the config implies [{}]", name, view.rows, view.cols,
              fmt::join(shape, ", "));
   const std::vector<double> values = source_dequant(view);
-  std::vector<uint8_t> bytes(values.size() * sizeof(float));
-  auto* out = reinterpret_cast<float*>(bytes.data());
+  std::unique_ptr<uint8_t[]> bytes(new uint8_t[values.size() * sizeof(float)]);
+  auto* out = reinterpret_cast<float*>(bytes.get());
   for (size_t i = 0; i < values.size(); ++i) out[i] = float(values[i]);
   mark_used_family(name);
-  if (invented_.size() >= 2) invented_.pop_front();
-  invented_.emplace_back(TensorInfo{name, DType::f32, shape, nullptr, bytes.size(), "(decoded)"}, std::move(bytes));
-  invented_.back().first.data = invented_.back().second.data();
-  return invented_.back().first;
+  return keep(TensorInfo{name, DType::f32, shape, nullptr, values.size() * sizeof(float), "(decoded)"},
+              std::move(bytes));
 }
 
 const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {

@@ -8,11 +8,13 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "models/expert_loader.h"
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -55,6 +57,8 @@ class WeightLoader {
  private:
   WeightLoader(Backend& backend, uint64_t seed) : checkpoint_(nullptr), backend_(backend), rng_(seed) {}
   const TensorInfo& invent(const std::string& name, const std::vector<int64_t>& shape);
+  // Keeps `bytes` alive as the last of invented_ (the two newest stay) and returns its info.
+  const TensorInfo& keep(TensorInfo info, std::unique_ptr<uint8_t[]> bytes);
   Tensor counted(const std::string& name, Tensor tensor);
   // A quantized checkpoint tensor decoded exactly to F32 (kept alive like invented ones).
   const TensorInfo& decoded(const std::string& name, const std::vector<int64_t>& shape);
@@ -64,7 +68,8 @@ class WeightLoader {
   std::set<std::string> used_;
   LoadStats stats_;
   std::mt19937_64 rng_;
-  std::deque<std::pair<TensorInfo, std::vector<uint8_t>>> invented_;  // the last two, kept alive
+  std::deque<std::pair<TensorInfo, std::unique_ptr<uint8_t[]>>> invented_;  // the last two, kept alive
+  std::unique_ptr<ThreadPool> pool_;  // invents on every core; made on first use
   std::unique_ptr<ExpertLoader> experts_;
 };
 
