@@ -95,6 +95,7 @@ void run(const BenchFlags& flags) {
   std::unique_ptr<Checkpoint> checkpoint;
   std::unique_ptr<Model> model;
   nlohmann::json config;
+  const auto load_start = std::chrono::steady_clock::now();
   if (!flags.model_dir.empty()) {
     checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(flags.model_dir));
     config = checkpoint->config();
@@ -104,6 +105,7 @@ void run(const BenchFlags& flags) {
     if (flags.layers > 0) config["num_hidden_layers"] = flags.layers;
     model = model_load_random(config, *backend, 1234, &stats, flags.experts.resolve());
   }
+  const double load_seconds = seconds_since(load_start);
   const ModelConfig& mc = model->config();
   const int64_t vocab = mc.vocab_size;
   const int64_t batch = flags.batch;
@@ -153,6 +155,7 @@ void run(const BenchFlags& flags) {
       {"backend", backend->name()},
       {"experts", flags.experts.experts},
       {"weights_gb", double(stats.bytes) / 1e9},
+      {"load_seconds", load_seconds},  // reading (or inventing) and uploading the weights
       {"batch", batch},
       {"bytes_per_decode_step", bytes_per_step},
       {"bytes_per_decode_token", bytes_per_step / double(batch)},

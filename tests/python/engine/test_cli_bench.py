@@ -23,6 +23,7 @@ def test_bench_report(run_moet, tmp_path):
     assert report["decode_tokens_per_s"] > 0 and report["prefill_tokens_per_s"] > 0
     assert report["cuda_graphs"] == "off"  # the CPU has no graphs
     assert report["bytes_per_decode_token"] > 0 and report["decode_fraction_of_copy"] > 0
+    assert report["load_seconds"] > 0
     assert "profile" not in report
 
 
