@@ -82,9 +82,10 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, bool
   std::vector<uint16_t> pattern(size_t(1) << 20), host(size_t(n * k));
   for (auto& v : pattern) v = float_to_bf16(normal(rng));
   for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
-  const double bytes = double(n * k * 2) * (pair ? 2 : 1);
+  const int per_call = pair ? 2 : 1;  // matrices a call reads
+  const double bytes = double(n * k * 2) * per_call;
   std::vector<Tensor> weights;
-  for (int64_t c = 0; c < 2 * copies_for(bytes); ++c)
+  for (int64_t c = 0; c < per_call * copies_for(bytes); ++c)
     weights.push_back(b.backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()),
                                         host.size() * 2, "bench"}));
   b.begin_step({0}, {{0}});
@@ -93,9 +94,9 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, bool
     const Tensor x = b.filled({rows, k}, 0.5f);
     Tensor y = b.backend.alloc({rows, n}), y_second = b.backend.alloc({rows, n});
     const double s = b.seconds_per_call(y, [&](int i) {
-      const Tensor& w = weights[size_t(2 * i) % weights.size()];
+      const Tensor& w = weights[size_t(per_call * i) % weights.size()];
       if (pair) {
-        b.backend.matmul_pair(x, w, nullptr, y, weights[size_t(2 * i + 1) % weights.size()], nullptr, y_second);
+        b.backend.matmul_pair(x, w, nullptr, y, weights[size_t(per_call * i + 1) % weights.size()], nullptr, y_second);
       } else {
         b.backend.matmul(x, w, nullptr, y);
       }
