@@ -8,7 +8,9 @@
 // is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches rotate
 // over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2. Bytes
 // counted: the weights (GEMV); the K/V rows, once per KV head (attention). Prints a table and
-// writes JSON (argument 1, optional).
+// writes JSON (argument 1, optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose
+// label ("q_proj", "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as
+// Nsight Compute can be pointed at the first launches of one op.
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
@@ -167,15 +170,25 @@ int main(int argc, char** argv) {
   moet::Bench bench{*backend, copy_gbs};
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
   auto& out = report["benchmarks"];
-  out.push_back(moet::bench_gemv(bench, 8192, 4096, "q_proj"));
-  out.push_back(moet::bench_gemv(bench, 4096, 8192, "o_proj"));
-  out.push_back(moet::bench_gemv(bench, 512, 4096, "k_proj"));
-  out.push_back(moet::bench_gemv(bench, 512, 4096, "k+v_proj", true));
-  out.push_back(moet::bench_gemv(bench, 128, 4096, "router gate"));
-  out.push_back(moet::bench_gemv(bench, 151936, 4096, "lm_head"));
-  for (int64_t context : {128, 4096}) out.push_back(moet::bench_attention(bench, context));
-  out.push_back(moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}));
-  out.push_back(moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr}));
+  const char* only = std::getenv("MOET_OPS_BENCH_ONLY");
+  const auto run = [&](const std::string& label, auto&& benchmark) {
+    if (only == nullptr || label.find(only) != std::string::npos) out.push_back(benchmark());
+  };
+  const auto gemv = [&](int64_t n, int64_t k, const char* name, bool pair = false) {
+    run(name, [&] { return moet::bench_gemv(bench, n, k, name, pair); });
+  };
+  gemv(8192, 4096, "q_proj");
+  gemv(4096, 8192, "o_proj");
+  gemv(512, 4096, "k_proj");
+  gemv(512, 4096, "k+v_proj", true);
+  gemv(128, 4096, "router gate");
+  gemv(151936, 4096, "lm_head");
+  for (int64_t context : {128, 4096})
+    run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
+  run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
+  run("router sigmoid", [&] {
+    return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});
+  });
   if (argc > 1) std::ofstream(argv[1]) << report.dump(2) << "\n";
   return 0;
 }
