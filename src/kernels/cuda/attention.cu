@@ -9,7 +9,9 @@
 // leaf (one warp per head: max, exp, fixed-tree sum), and the output, one float4 of one head per
 // thread slot, summed over the leaf's keys in key order and folded into the segment's partial.
 // Staged K rows are padded so the score phase's float4 reads hit distinct banks; padding columns
-// are zero when a head dim is not a multiple of 4.
+// are zero when a head dim is not a multiple of 4. What a thread does in each phase depends only
+// on its index and the plan, so it is worked out once per block (LaneRoles), and key indices
+// within a row are 32-bit: no integer division inside the leaf loop.
 #include "kernels/cuda/attention.h"
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -29,6 +31,7 @@ constexpr int kMaxSlots = int(kMaxHeads * kAttentionMaxVDim / 4 / kThreads);  //
 constexpr size_t kSharedBudget = size_t(96) << 10;  // fits every target (sm_120: 99 KiB per block)
 constexpr int64_t kMaxLeafSplits = 32;              // split by leaf while a row has at most this many
 constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // split scratch (256 MiB) above this: fused
+constexpr int kFoldAhead = 8;                            // partials the combining block loads at once
 static_assert(kAttentionSegment % kMaxLeaf == 0, "a segment is whole leaves");
 
 struct AttentionPlan {
@@ -90,11 +93,11 @@ __device__ __forceinline__ void cp_async_wait_all_but_newest() {
 }
 
 // n floats from global src to shared dst, by the kCopyLanes threads of one row (lane 0..7).
-__device__ __forceinline__ void copy_row(float* dst, const float* src, int64_t n, int lane, bool vec) {
+__device__ __forceinline__ void copy_row(float* dst, const float* src, int n, int lane, bool vec) {
   if (vec) {
-    for (int64_t f = lane; f < n / 4; f += kCopyLanes) cp_async16(dst + 4 * f, src + 4 * f);
+    for (int f = lane; f < n / 4; f += kCopyLanes) cp_async16(dst + 4 * f, src + 4 * f);
   } else {
-    for (int64_t f = lane; f < n; f += kCopyLanes) cp_async4(dst + f, src + f);
+    for (int f = lane; f < n; f += kCopyLanes) cp_async4(dst + f, src + f);
   }
 }
 
@@ -105,27 +108,32 @@ struct LeafStager {
   const int32_t* table;
   const float* k;  // the KV head's rows at slot 0
   const float* v;
-  int64_t block_size, token_stride, keys;
-  int k_dim, v_dim, leaf, k_pitch, v_pitch;
+  int64_t token_stride;
+  int block_size, block_shift;  // block_shift: log2(block_size), -1 if not a power of two
+  int keys, k_dim, v_dim, leaf, k_pitch, v_pitch;
   bool vec;
   int32_t block[kKeysPerThread];
 
   __device__ int row_key(int r) const { return int(threadIdx.x / kCopyLanes) + r * (kThreads / kCopyLanes); }
-  __device__ bool mine(int64_t first_key, int r) const { return row_key(r) < leaf && first_key + row_key(r) < keys; }
-  __device__ void fetch_table(int64_t leaf_index) {
-    const int64_t first_key = leaf_index * leaf;
+  __device__ bool mine(int first_key, int r) const { return row_key(r) < leaf && first_key + row_key(r) < keys; }
+  __device__ int block_of(int key) const { return block_shift >= 0 ? key >> block_shift : key / block_size; }
+  __device__ int offset_in_block(int key) const {
+    return block_shift >= 0 ? key & (block_size - 1) : key % block_size;
+  }
+  __device__ void fetch_table(int leaf_index) {
+    const int first_key = leaf_index * leaf;
 #pragma unroll
     for (int r = 0; r < kKeysPerThread; ++r)
-      if (mine(first_key, r)) block[r] = table[(first_key + row_key(r)) / block_size];
+      if (mine(first_key, r)) block[r] = table[block_of(first_key + row_key(r))];
   }
-  __device__ void issue(int64_t leaf_index, float* stage) const {
-    const int64_t first_key = leaf_index * leaf;
+  __device__ void issue(int leaf_index, float* stage) const {
+    const int first_key = leaf_index * leaf;
     const int lane = threadIdx.x % kCopyLanes;
 #pragma unroll
     for (int r = 0; r < kKeysPerThread; ++r) {
       if (!mine(first_key, r)) continue;
       const int j = row_key(r);
-      const int64_t row = (int64_t(block[r]) * block_size + (first_key + j) % block_size) * token_stride;
+      const int64_t row = (int64_t(block[r]) * block_size + offset_in_block(first_key + j)) * token_stride;
       copy_row(stage + j * k_pitch, k + row, k_dim, lane, vec);
       if (v_pitch > 0) copy_row(stage + leaf * k_pitch + j * v_pitch, v + row, v_dim, lane, vec);
     }
@@ -175,14 +183,37 @@ struct LeafShared {
   float* leaf_l;       // [heads]
 };
 
+// This thread's parts of a leaf: score dot product `dot` (head h, key j), of which it sums part
+// `part`; output slots slot[r] = threadIdx.x + r * kThreads (head head[r], float4 d4[r]) while
+// below `slots`.
+struct LaneRoles {
+  int dot, part, h, j, slots;
+  int slot[kMaxSlots], head[kMaxSlots], d4[kMaxSlots];
+};
+
+__device__ LaneRoles lane_roles(const AttentionPlan& p, int v4) {
+  LaneRoles roles{};
+  roles.dot = int(threadIdx.x) / p.dot_threads;
+  roles.part = int(threadIdx.x) % p.dot_threads;
+  roles.h = roles.dot / p.leaf;
+  roles.j = roles.dot % p.leaf;
+  roles.slots = p.heads * v4;
+#pragma unroll
+  for (int r = 0; r < kMaxSlots; ++r) {
+    roles.slot[r] = int(threadIdx.x) + r * kThreads;
+    roles.head[r] = roles.slot[r] / v4;
+    roles.d4[r] = roles.slot[r] % v4;
+  }
+  return roles;
+}
+
 // The leaf's n keys against the block's queries; folds each of this thread's output slots'
 // leaf partial into segment[] (and total[] at a segment's end). Contains two block barriers.
-__device__ void leaf_pass(const AttentionArgs& a, const AttentionPlan& p, const LeafShared& s, int n,
-                          bool segment_end, Partial (&total)[kMaxSlots], Partial (&segment)[kMaxSlots]) {
+__device__ void leaf_pass(const AttentionArgs& a, const AttentionPlan& p, const LeafShared& s, const LaneRoles& roles,
+                          int n, bool segment_end, Partial (&total)[kMaxSlots], Partial (&segment)[kMaxSlots]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dots = p.heads * p.leaf;
   {  // scores
-    const int dot = threadIdx.x / p.dot_threads, part = threadIdx.x % p.dot_threads;
-    const int h = dot / p.leaf, j = dot % p.leaf;
+    const int dot = roles.dot, part = roles.part, h = roles.h, j = roles.j;
     float sum = 0.0f;
     const int k4_count = int(ceil_div(a.cache.k_dim, 4));
     if (dot < dots && j < n) {
@@ -218,14 +249,12 @@ __device__ void leaf_pass(const AttentionArgs& a, const AttentionPlan& p, const 
     }
   }
   __syncthreads();
-  const int v4 = int(ceil_div(a.cache.v_dim, 4));
   const float* v_rows = p.v_pitch > 0 ? s.stage + p.leaf * p.k_pitch : s.stage;
   const int v_pitch = p.v_pitch > 0 ? p.v_pitch : p.k_pitch;
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {
-    const int slot = threadIdx.x + r * kThreads;
-    if (slot >= p.heads * v4) break;
-    const int h = slot / v4, d4 = slot % v4;
+    if (roles.slot[r] >= roles.slots) break;
+    const int h = roles.head[r], d4 = roles.d4[r];
     const float* weights = s.p + h * p.leaf;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
@@ -238,14 +267,12 @@ __device__ void leaf_pass(const AttentionArgs& a, const AttentionPlan& p, const 
   }
 }
 
-__device__ __forceinline__ void write_out(const AttentionArgs& a, const AttentionPlan& p, int64_t t, int64_t head0,
+__device__ __forceinline__ void write_out(const AttentionArgs& a, const LaneRoles& roles, int64_t t, int64_t head0,
                                           const Partial (&total)[kMaxSlots]) {
-  const int v4 = int(ceil_div(a.cache.v_dim, 4));
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {
-    const int slot = threadIdx.x + r * kThreads;
-    if (slot >= p.heads * v4) break;
-    const int h = slot / v4, d = 4 * (slot % v4);
+    if (roles.slot[r] >= roles.slots) break;
+    const int h = roles.head[r], d = 4 * roles.d4[r];
     float* out = a.out + (t * a.q_heads + head0 + h) * a.cache.v_dim + d;
     const float o[4] = {total[r].o.x, total[r].o.y, total[r].o.z, total[r].o.w};
 #pragma unroll
@@ -254,22 +281,31 @@ __device__ __forceinline__ void write_out(const AttentionArgs& a, const Attentio
   }
 }
 
+// The partial at src, float4 d4 of its output.
+__device__ __forceinline__ Partial load_partial(const float* src, int d4) {
+  return {__ldcg(src), __ldcg(src + 1), __ldcg(reinterpret_cast<const float4*>(src + 4) + d4)};
+}
+
 // grid (q_heads / H, rows, splits). Fused (splits 1): the block evaluates the row's whole tree
 // and writes the output. Split: block z computes leaf z (by leaf) or segment z, writes its partial;
-// the last block of the row (counter) folds the partials through the same tree.
+// the last block of the row (counter) folds the partials through the same tree, loading
+// kFoldAhead of them before folding them in order.
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, AttentionPlan p) {
   extern __shared__ float4 shared4[];
   __shared__ int last_block;
   pdl_trigger();
   pdl_wait();  // q and the KV cache come from the previous kernels
-  const int64_t group = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
-  const int64_t keys = int64_t(a.positions[t]) + 1, leaves = ceil_div(keys, p.leaf);
-  const int64_t per_segment = kAttentionSegment / p.leaf;
-  const int64_t used = p.splits == 1 ? 1 : p.by_leaf ? leaves : ceil_div(keys, kAttentionSegment);
+  const int group = int(blockIdx.x), z = int(blockIdx.z);
+  const int64_t t = blockIdx.y;
+  const int keys = a.positions[t] + 1, leaves = int(ceil_div(keys, p.leaf));
+  const int per_segment = int(kAttentionSegment) / p.leaf;
+  const int used = p.splits == 1 ? 1 : p.by_leaf ? leaves : int(ceil_div(keys, kAttentionSegment));
   if (z >= used) return;  // this row needs fewer blocks than the grid has (whole block)
-  const int64_t first = p.splits == 1 ? 0 : p.by_leaf ? z : z * per_segment;
-  const int64_t end = p.splits == 1 ? leaves : p.by_leaf ? z + 1 : min(leaves, first + per_segment);
-  const int64_t head0 = group * p.heads, kv_head = head0 / (a.q_heads / a.cache.kv_heads);
+  const int first = p.splits == 1 ? 0 : p.by_leaf ? z : z * per_segment;
+  const int end = p.splits == 1 ? leaves : p.by_leaf ? z + 1 : min(leaves, first + per_segment);
+  const int64_t head0 = int64_t(group) * p.heads, kv_head = head0 / (a.q_heads / a.cache.kv_heads);
+  const int v4 = int(ceil_div(a.cache.v_dim, 4));
+  const LaneRoles roles = lane_roles(p, v4);
 
   float* const stages = reinterpret_cast<float*>(shared4);
   const int stage_floats = p.leaf * (p.k_pitch + p.v_pitch);
@@ -277,10 +313,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   LeafShared s{nullptr, q, q + p.heads * p.k_pitch, nullptr, nullptr};
   s.leaf_m = s.p + p.heads * p.leaf;
   s.leaf_l = s.leaf_m + p.heads;
+  const int block_size = int(a.cache.block_size);
   LeafStager stager{a.block_tables + int64_t(a.row_seq[t]) * a.table_stride,
                     a.cache.k + kv_head * a.cache.k_dim, a.cache.v + kv_head * a.cache.v_dim,
-                    a.cache.block_size, a.cache.token_stride, keys, int(a.cache.k_dim), int(a.cache.v_dim),
-                    p.leaf, p.k_pitch, p.v_pitch, p.vec, {}};
+                    a.cache.token_stride, block_size, (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1,
+                    keys, int(a.cache.k_dim), int(a.cache.v_dim), p.leaf, p.k_pitch, p.v_pitch, p.vec, {}};
   stager.fetch_table(first);
   if ((a.cache.k_dim | a.cache.v_dim) % 4 != 0) {  // float4 reads cover padding columns: zero them
     for (int i = threadIdx.x; i < stage_floats / 2; i += kThreads) shared4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -296,58 +333,62 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   Partial total[kMaxSlots], segment[kMaxSlots];
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) total[r] = segment[r] = cleared();
-  for (int64_t leaf = first; leaf < end; ++leaf) {
-    const int buffer = int(leaf - first) & 1;
+  for (int leaf = first; leaf < end; ++leaf) {
+    const int buffer = (leaf - first) & 1;
     if (leaf + 1 < end) stager.issue(leaf + 1, stages + (buffer ^ 1) * stage_floats);
     cp_async_commit();
     if (leaf + 2 < end) stager.fetch_table(leaf + 2);
     cp_async_wait_all_but_newest();
     __syncthreads();  // every thread's copies of this leaf have landed
     s.stage = stages + buffer * stage_floats;
-    const int n = int(min(int64_t(p.leaf), keys - leaf * p.leaf));
-    leaf_pass(a, p, s, n, (leaf + 1) % per_segment == 0 || leaf + 1 == end, total, segment);
+    const int n = min(p.leaf, keys - leaf * p.leaf);
+    leaf_pass(a, p, s, roles, n, (leaf + 1) % per_segment == 0 || leaf + 1 == end, total, segment);
     __syncthreads();  // this buffer and the scores are free again
   }
   if (p.splits == 1) {
-    write_out(a, p, t, head0, total);
+    write_out(a, roles, t, head0, total);
     return;
   }
 
-  const int64_t width = partial_width(a.cache.v_dim), v4 = ceil_div(a.cache.v_dim, 4);
-  auto partial_at = [&](int64_t h, int64_t split) {
+  const int64_t width = partial_width(a.cache.v_dim);
+  auto partial_at = [&](int h, int split) {
     return a.partials + ((t * a.q_heads + head0 + h) * p.splits + split) * width;
   };
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {
-    const int slot = threadIdx.x + r * kThreads;
-    if (slot >= p.heads * v4) break;
-    float* dst = partial_at(slot / v4, z);
-    if (slot % v4 == 0) {
+    if (roles.slot[r] >= roles.slots) break;
+    float* dst = partial_at(roles.head[r], z);
+    if (roles.d4[r] == 0) {
       dst[0] = total[r].m;
       dst[1] = total[r].l;
     }
-    reinterpret_cast<float4*>(dst + 4)[slot % v4] = total[r].o;
+    reinterpret_cast<float4*>(dst + 4)[roles.d4[r]] = total[r].o;
   }
   __threadfence();
   __syncthreads();
   int32_t* counter = a.counters + t * (a.q_heads / p.heads) + group;
-  if (threadIdx.x == 0) last_block = atomicAdd(counter, 1) == int(used - 1);
+  if (threadIdx.x == 0) last_block = atomicAdd(counter, 1) == used - 1;
   __syncthreads();
   if (!last_block) return;
   __threadfence();
-  const int64_t combine_per_segment = p.by_leaf ? per_segment : 1;  // partials per segment
+  const int combine_per_segment = p.by_leaf ? per_segment : 1;  // partials per segment
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {
-    const int slot = threadIdx.x + r * kThreads;
-    if (slot >= p.heads * v4) break;
+    if (roles.slot[r] >= roles.slots) break;
     total[r] = segment[r] = cleared();
-    for (int64_t i = 0; i < used; ++i) {
-      const float* src = partial_at(slot / v4, i);
-      const Partial part{__ldcg(src), __ldcg(src + 1), __ldcg(reinterpret_cast<const float4*>(src + 4) + slot % v4)};
-      fold_leaf(total[r], segment[r], part, (i + 1) % combine_per_segment == 0 || i + 1 == used);
+    for (int i0 = 0; i0 < used; i0 += kFoldAhead) {
+      Partial ahead[kFoldAhead];
+#pragma unroll
+      for (int b = 0; b < kFoldAhead; ++b)
+        if (i0 + b < used) ahead[b] = load_partial(partial_at(roles.head[r], i0 + b), roles.d4[r]);
+#pragma unroll
+      for (int b = 0; b < kFoldAhead; ++b) {
+        const int i = i0 + b;
+        if (i < used) fold_leaf(total[r], segment[r], ahead[b], (i + 1) % combine_per_segment == 0 || i + 1 == used);
+      }
     }
   }
-  write_out(a, p, t, head0, total);
+  write_out(a, roles, t, head0, total);
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
