@@ -189,6 +189,10 @@ int main(int argc, char** argv) {
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});
   });
+  if (out.empty()) {
+    std::fprintf(stderr, "cuda_ops_bench: MOET_OPS_BENCH_ONLY=%s matches no benchmark label\n", only);
+    return 1;
+  }
   if (argc > 1) std::ofstream(argv[1]) << report.dump(2) << "\n";
   return 0;
 }
