@@ -1,7 +1,7 @@
 // GPU microbenchmark of the dense decode ops through the CUDA backend, next to the device copy
 // bandwidth measured in the same run: the BF16 GEMV at Qwen3-235B's decode shapes (q / o
-// projections 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096) and an LM
-// head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
+// projections 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096; K+V and
+// q+K+V as one matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
 // KV blocks of 16) at contexts 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
 // 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8. Each op is captured kCalls
 // times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per call
@@ -77,38 +77,48 @@ struct Bench {
 
 int64_t copies_for(double bytes) { return std::clamp<int64_t>(int64_t(std::ceil(kRotateBytes / bytes)), 1, 64); }
 
-// y = x @ w^T with BF16 weights [n, k]; `pair`: two such products of one x per call
-// (Backend::matmul_pair, GQA's K and V), counting both matrices' bytes.
-nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, bool pair = false) {
+// y = x @ w^T with BF16 weights [n, k] per call, or with `group` more products of other heights
+// of the same x (Backend::matmul_group, GQA's q, k and v in one launch), counting every matrix's
+// bytes.
+nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint16_t> pattern(size_t(1) << 20), host(size_t(n * k));
+  std::vector<uint16_t> pattern(size_t(1) << 20);
   for (auto& v : pattern) v = float_to_bf16(normal(rng));
-  for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
-  const int per_call = pair ? 2 : 1;  // matrices a call reads
-  const double bytes = double(n * k * 2) * per_call;
-  std::vector<Tensor> weights;
-  for (int64_t c = 0; c < per_call * copies_for(bytes); ++c)
-    weights.push_back(b.backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()),
-                                        host.size() * 2, "bench"}));
+  std::vector<int64_t> heights = {n};
+  heights.insert(heights.end(), group.begin(), group.end());
+  double bytes = 0.0;
+  for (int64_t h : heights) bytes += double(h * k * 2);
+  std::vector<std::vector<Tensor>> weights(heights.size());  // per part, rotating copies
+  for (size_t part = 0; part < heights.size(); ++part) {
+    std::vector<uint16_t> host(size_t(heights[part] * k));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
+    for (int64_t c = 0; c < copies_for(bytes); ++c)
+      weights[part].push_back(b.backend.upload({"w", DType::bf16, {heights[part], k},
+                                                reinterpret_cast<const uint8_t*>(host.data()), host.size() * 2, "bench"}));
+  }
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 4, 8}) {
     const Tensor x = b.filled({rows, k}, 0.5f);
-    Tensor y = b.backend.alloc({rows, n}), y_second = b.backend.alloc({rows, n});
-    const double s = b.seconds_per_call(y, [&](int i) {
-      const Tensor& w = weights[size_t(per_call * i) % weights.size()];
-      if (pair) {
-        b.backend.matmul_pair(x, w, nullptr, y, weights[size_t(per_call * i + 1) % weights.size()], nullptr, y_second);
+    std::vector<Tensor> y;
+    for (int64_t h : heights) y.push_back(b.backend.alloc({rows, h}));
+    const double s = b.seconds_per_call(y.front(), [&](int i) {
+      std::vector<MatmulPart> parts;
+      for (size_t part = 0; part < heights.size(); ++part)
+        parts.push_back({&weights[part][size_t(i) % weights[part].size()], nullptr, &y[part]});
+      if (group.empty()) {
+        b.backend.matmul(x, *parts.front().w, nullptr, y.front());
       } else {
-        b.backend.matmul(x, w, nullptr, y);
+        b.backend.matmul_group(x, parts);
       }
     });
-    const std::string what =
-        std::string(pair ? "matmul_pair " : "matmul ") + name + " " + std::to_string(n) + "x" + std::to_string(k);
-    rows_out.push_back(b.report(what, rows, s, bytes));
+    std::string what = std::string(group.empty() ? "matmul " : "matmul_group ") + name + " " + std::to_string(n);
+    for (int64_t h : group) what += "+" + std::to_string(h);
+    rows_out.push_back(b.report(what + "x" + std::to_string(k), rows, s, bytes));
   }
-  return {{"op", pair ? "matmul_pair_bf16" : "matmul_bf16"}, {"name", name}, {"n", n}, {"k", k}, {"results", rows_out}};
+  return {{"op", group.empty() ? "matmul_bf16" : "matmul_group_bf16"}, {"name", name}, {"n", heights}, {"k", k},
+          {"results", rows_out}};
 }
 
 nlohmann::json bench_attention(Bench& b, int64_t context) {
@@ -174,13 +184,14 @@ int main(int argc, char** argv) {
   const auto run = [&](const std::string& label, auto&& benchmark) {
     if (only == nullptr || label.find(only) != std::string::npos) out.push_back(benchmark());
   };
-  const auto gemv = [&](int64_t n, int64_t k, const char* name, bool pair = false) {
-    run(name, [&] { return moet::bench_gemv(bench, n, k, name, pair); });
+  const auto gemv = [&](int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
+    run(name, [&] { return moet::bench_gemv(bench, n, k, name, group); });
   };
   gemv(8192, 4096, "q_proj");
   gemv(4096, 8192, "o_proj");
   gemv(512, 4096, "k_proj");
-  gemv(512, 4096, "k+v_proj", true);
+  gemv(512, 4096, "k+v_proj", {512});
+  gemv(8192, 4096, "q+k+v_proj", {512, 512});
   gemv(128, 4096, "router gate");
   gemv(151936, 4096, "lm_head");
   for (int64_t context : {128, 4096})

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,13 @@ struct KvLayerCache {
   PagedKv view;
 };
 
+// One product of Backend::matmul_group: y = x @ w^T (+ bias; null or empty: none).
+struct MatmulPart {
+  const Tensor* w;
+  const Tensor* bias;
+  Tensor* y;
+};
+
 // Memory a backend owns (device memory on the CUDA backend), for Backend::read_regions.
 struct ByteRegion {
   const void* data;
@@ -163,13 +171,11 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
   // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
-  // Two products of one input with weights of one shape and type (GQA's K and V projections):
-  // ya = x @ wa^T (+ bias_a), yb = x @ wb^T (+ bias_b). The same results as the two matmul()
-  // calls, which this default makes; the CUDA backend runs them as one launch.
-  virtual void matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
-                           const Tensor* bias_b, Tensor& yb) {
-    matmul(x, wa, bias_a, ya);
-    matmul(x, wb, bias_b, yb);
+  // Products of one input: parts[i].y = x @ parts[i].w^T (+ parts[i].bias). The same results as
+  // one matmul() per part, which this default makes; the CUDA backend runs up to 4 parts of one
+  // weight type as one launch (GQA's q, k and v projections).
+  virtual void matmul_group(const Tensor& x, std::span<const MatmulPart> parts) {
+    for (const MatmulPart& part : parts) matmul(x, *part.w, part.bias, *part.y);
   }
   virtual void add(Tensor& y, const Tensor& x) = 0;
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;

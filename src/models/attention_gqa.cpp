@@ -1,4 +1,4 @@
-// Grouped-query attention block: q/k/v projections (optional biases; K and V as one matmul_pair),
+// Grouped-query attention block: q/k/v projections (optional biases; one matmul_group),
 // optional per-head q/k RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of
 // each head (partial rotary for GLM) fused with the KV write of k and v (one op), paged causal
 // attention, output projection (optional bias).
@@ -45,8 +45,8 @@ class GqaAttention final : public AttentionBlock {
     Tensor q = b.alloc({rows, heads_ * head_dim_});
     Tensor k = b.alloc({rows, kv_heads_ * head_dim_});
     Tensor v = b.alloc({rows, kv_heads_ * head_dim_});
-    b.matmul(x, q_, &q_bias_, q);
-    b.matmul_pair(x, k_, &k_bias_, k, v_, &v_bias_, v);
+    const MatmulPart projections[] = {{&q_, &q_bias_, &q}, {&k_, &k_bias_, &k}, {&v_, &v_bias_, &v}};
+    b.matmul_group(x, projections);
     b.qk_norm_rope_kv_write(rope_, q, heads_, k, kv_heads_, head_dim_, q_norm_, k_norm_, eps_, v, cache);
     Tensor attn = b.alloc({rows, heads_ * head_dim_});
     b.attention(cache, q, heads_, head_dim_, scale_, attn);

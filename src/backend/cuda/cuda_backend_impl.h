@@ -63,8 +63,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
-  void matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
-                   const Tensor* bias_b, Tensor& yb) override;
+  void matmul_group(const Tensor& x, std::span<const MatmulPart> parts) override;
   void add(Tensor& y, const Tensor& x) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
   void rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override;

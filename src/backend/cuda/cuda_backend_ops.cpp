@@ -57,22 +57,35 @@ cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const 
   MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
              rows, k, n, w.dim(1));
   const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
-  return {x.as<float>(), k, 0, w.data, is_bf16(w), 0, b, y.as<float>(), n, 0, rows, n, k, 1};
+  GemvArgs a{x.as<float>(), k, 0, is_bf16(w), rows, k, {}, 1};
+  a.parts[0] = {w.data, 0, b, y.as<float>(), n, 0, n, 1};
+  return a;
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const GemvArgs a = matmul_args(x, w, bias, y);
   gemv_launch(a, stream_);
-  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", a.n, a.k); });
+  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", a.parts[0].n, a.k); });
 }
 
-void CudaBackend::matmul_pair(const Tensor& x, const Tensor& wa, const Tensor* bias_a, Tensor& ya, const Tensor& wb,
-                              const Tensor* bias_b, Tensor& yb) {
-  const GemvArgs a = matmul_args(x, wa, bias_a, ya), b = matmul_args(x, wb, bias_b, yb);
-  MOET_CHECK(wb.shape == wa.shape && wb.dtype == wa.dtype, "matmul_pair: weights [{}, {}] and [{}, {}] differ",
-             wa.dim(0), wa.dim(1), wb.dim(0), wb.dim(1));
-  gemv_pair_launch(a, b.w, b.bias, b.y, stream_);
-  check_launch("matmul_pair", [&] { return fmt::format("matmul_pair[n={},k={}]", a.n, a.k); });
+void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> parts) {
+  MOET_CHECK(!parts.empty(), "matmul_group: no parts");
+  const bool one_type = std::all_of(parts.begin(), parts.end(), [&](const MatmulPart& p) {
+    return p.w->dtype == parts.front().w->dtype;
+  });
+  if (parts.size() > size_t(kGemvMaxParts) || !one_type) {  // as separate launches
+    Backend::matmul_group(x, parts);
+    return;
+  }
+  GemvArgs a = matmul_args(x, *parts.front().w, parts.front().bias, *parts.front().y);
+  std::string ns = std::to_string(a.parts[0].n);
+  for (size_t i = 1; i < parts.size(); ++i) {
+    a.parts[i] = matmul_args(x, *parts[i].w, parts[i].bias, *parts[i].y).parts[0];
+    ns += "+" + std::to_string(a.parts[i].n);
+  }
+  a.part_count = int(parts.size());
+  gemv_launch(a, stream_);
+  check_launch("matmul_group", [&] { return fmt::format("matmul_group[n={},k={}]", ns, a.k); });
 }
 
 void CudaBackend::add(Tensor& y, const Tensor& x) {
@@ -194,8 +207,9 @@ void CudaBackend::copy_columns(const Tensor& src, int64_t src_stride, int64_t sr
 void CudaBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
                               int64_t y_stride) {
   const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
-  gemv_launch({x.as<float>(), heads * x_stride, x_stride, w.data, is_bf16(w), n * k, nullptr, y.as<float>(),
-               heads * y_stride, y_stride, rows, n, k, heads}, stream_);
+  GemvArgs a{x.as<float>(), heads * x_stride, x_stride, is_bf16(w), rows, k, {}, 1};
+  a.parts[0] = {w.data, n * k, nullptr, y.as<float>(), heads * y_stride, y_stride, n, heads};
+  gemv_launch(a, stream_);
   check_launch("head_matmul", [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
 }
 

@@ -1,12 +1,14 @@
 // Dense and per-head products (see gemv.h): a block of 8 warps; each group of S warps computes two
 // output columns, warp s of the group over the s-th of S equal slices of k (split K), the S
-// partial sums added in slice order through shared memory. S depends only on the problem shape
-// (n, k, batch), never on the rows, so results stay batch-invariant and bit-identical run to run;
-// small matrices (K/V projections, routers) get S up to 8, so enough warps stream them at once,
-// and large ones (an LM head) keep S = 1. The rows per pass (R) and the loads in flight per lane
-// (F) are pure speed choices: each row's sums, and a lane's chunk order, are the same whatever
-// they are, so every R and F give the same bits. Launched as a programmatic dependent launch
-// (launch.cuh): until the previous kernel has finished, a warp only asks L2 for the first
+// partial sums added in slice order through shared memory. S depends only on a part's own shape
+// (n, k, batch), never on the rows or the other parts of its launch, so results stay
+// batch-invariant and bit-identical run to run; small matrices (K/V projections, routers) get S up
+// to 8, so enough warps stream them at once, and large ones (an LM head) keep S = 1. The rows per
+// pass (R) and the loads in flight per lane (F) are pure speed choices: each row's sums, and a
+// lane's chunk order, are the same whatever they are, so every R and F give the same bits. A
+// launch of several parts gives each part a contiguous range of blocks, the smaller parts first
+// (they finish early instead of forming the launch's tail). Launched as a programmatic dependent
+// launch (launch.cuh): until the previous kernel has finished, a warp only asks L2 for the first
 // weights of its rows.
 #include "kernels/cuda/gemv.h"
 
@@ -14,6 +16,7 @@
 #include "kernels/cuda/launch.cuh"
 
 #include <type_traits>
+#include <utility>
 
 namespace moet::cuda {
 namespace {
@@ -40,24 +43,29 @@ __device__ __forceinline__ void prefetch_first_weights(const W* const (&w)[kCols
       if (offset < bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w[j]) + offset));
 }
 
-// R activation rows per pass over the weights (R * kCols <= 32: one lane writes each sum), F loads
-// in flight per lane.
+// Where each part's blocks lie in the launch (parts in launch order: first_block ascending), and
+// its split of k (S = 1 << split_shift).
+struct GemvPlan {
+  int split_shift[kGemvMaxParts];
+  uint32_t blocks[kGemvMaxParts];       // per problem
+  uint32_t first_block[kGemvMaxParts];  // of the part's first problem
+};
+
+// Block `block` of problem b of one part: S warps per column group (split K), R activation rows
+// per pass over the weights (R * kCols <= 32: one lane writes each sum), F loads in flight per lane.
 template <typename W, int S, int R, int F>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& a, const GemvPart& part, int64_t b, int64_t block,
+                                           bool vec, float (&partial)[kWarps][R][kCols]) {
   static_assert(R * kCols <= 32 && R <= kMaxRows, "one lane per output");
-  __shared__ float partial[kWarps][R][kCols];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slice = warp % S;
-  const int64_t n0 = (int64_t(blockIdx.x) * (kWarps / S) + warp / S) * kCols;
-  const bool active = n0 < a.n;  // inactive warps still reach the block barriers
+  const int64_t n0 = (block * (kWarps / S) + warp / S) * kCols;
+  const bool active = n0 < part.n;  // inactive warps still reach the block barriers
   const int64_t k0 = a.k * slice / S, k1 = a.k * (slice + 1) / S;
-  const int64_t b = blockIdx.y;
-  const bool second = b == 1 && a.w_second != nullptr;
-  const W* wb = second ? static_cast<const W*>(a.w_second) : static_cast<const W*>(a.w) + b * a.w_batch_stride;
-  const float* bias = second ? a.bias_second : a.bias;
-  float* y = second ? a.y_second : a.y + b * a.y_batch_stride;
+  const W* wb = static_cast<const W*>(part.w) + b * part.w_batch_stride;
+  float* y = part.y + b * part.y_batch_stride;
   const W* w[kCols];
 #pragma unroll
-  for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, a.n - 1) + j, a.n - 1) * a.k + k0;
+  for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, part.n - 1) + j, part.n - 1) * a.k + k0;
   if (active && vec) prefetch_first_weights<W, F>(w, k1 - k0, lane);  // constant weights: legal before the wait
   pdl_wait();  // x comes from the previous kernels
   for (int64_t r0 = 0; r0 < a.rows; r0 += R) {
@@ -89,8 +97,34 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int j = 0; j < kCols; ++j)
-        if (lane == r * kCols + j && r < rows && n0 + j < a.n)
-          y[(r0 + r) * a.y_row_stride + n0 + j] = acc[r][j] + (bias ? bias[n0 + j] : 0.0f);
+        if (lane == r * kCols + j && r < rows && n0 + j < part.n)
+          y[(r0 + r) * part.y_row_stride + n0 + j] = acc[r][j] + (part.bias ? part.bias[n0 + j] : 0.0f);
+  }
+}
+
+template <typename W, int R, int F>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, GemvPlan plan, bool vec) {
+  __shared__ float partial[kWarps][R][kCols];
+  // The block's part, picked with constant indices only (so the parameters are not copied to
+  // local memory for a dynamic index).
+  GemvPart part = a.parts[0];
+  uint32_t first = 0, per_problem = plan.blocks[0];
+  int shift = plan.split_shift[0];
+#pragma unroll
+  for (int q = 1; q < kGemvMaxParts; ++q)
+    if (q < a.part_count && blockIdx.x >= plan.first_block[q]) {
+      part = a.parts[q];
+      first = plan.first_block[q];
+      per_problem = plan.blocks[q];
+      shift = plan.split_shift[q];
+    }
+  const uint32_t local = blockIdx.x - first;
+  const int64_t b = local / per_problem, block = local % per_problem;
+  switch (shift) {  // uniform in the block
+    case 0: gemv_block<W, 1, R, F>(a, part, b, block, vec, partial); break;
+    case 1: gemv_block<W, 2, R, F>(a, part, b, block, vec, partial); break;
+    case 2: gemv_block<W, 4, R, F>(a, part, b, block, vec, partial); break;
+    default: gemv_block<W, 8, R, F>(a, part, b, block, vec, partial); break;
   }
   // The next kernel is let in only as blocks finish: triggered at the start, its waiting blocks
   // made matrices of several waves 7-15% slower at batch 4 and 8 (cuda_ops_bench, H200).
@@ -99,78 +133,72 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, bool vec)
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096 warps in the
-// launch (in each product of a pair) and slices of at least 512 weights, each a multiple of
-// kSliceAlign (so every slice keeps the vector path).
-int split_for(const GemvArgs& a) {
-  const int64_t groups = (a.n + kCols - 1) / kCols * (a.w_second ? 1 : a.batch);  // a pair: as each alone
-  int s = 1;
-  while (s < 8 && s < kWarps && groups * s * 2 <= 4096 && a.k % (kSliceAlign * s * 2) == 0 && a.k / (s * 2) >= 512)
-    s *= 2;
-  return s;
+// log2 of the largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096
+// warps in the part and slices of at least 512 weights, each a multiple of kSliceAlign (so every
+// slice keeps the vector path).
+int split_shift_for(const GemvPart& part, int64_t k) {
+  const int64_t groups = (part.n + kCols - 1) / kCols * part.batch;
+  int shift = 0;
+  for (int s = 1; s < 8 && s < kWarps && groups * s * 2 <= 4096 && k % (kSliceAlign * s * 2) == 0 && k / (s * 2) >= 512;
+       s *= 2)
+    ++shift;
+  return shift;
 }
 
-template <typename W, int S, int R, int F>
-void launch(const GemvArgs& a, bool vec, cudaStream_t stream) {
-  const int64_t cols_per_block = kCols * (kWarps / S);
-  const dim3 grid(unsigned((a.n + cols_per_block - 1) / cols_per_block), unsigned(a.batch));
-  launch_dependent_kernel<gemv_kernel<W, S, R, F>>(grid, dim3(kWarps * 32), 0, 1, stream, a, vec);
+template <typename W, int R, int F>
+void launch(const GemvArgs& a, const GemvPlan& plan, int64_t blocks, bool vec, cudaStream_t stream) {
+  launch_dependent_kernel<gemv_kernel<W, R, F>>(dim3(unsigned(blocks)), dim3(kWarps * 32), 0, 1, stream, a, plan, vec);
 }
 
 // One row (decode at batch 1) gets a kernel of one row per pass (R = 1): the 8-row kernel's
 // registers (accumulators and row pointers for 8 rows; 104-128 when measured) left room for 2
-// blocks per SM, so the q and o products of the model shapes (512 blocks) ran in two waves. One row keeps 2 loads in
-// flight in launches of about one wave and 4 in larger ones (the LM head); more rows keep 2 at
-// every size (with 8 rows, 4 in flight was no faster on the LM head and spills on sm_90). F32
-// weights (small test models) keep one shape.
-template <typename W, int S>
-void launch_shape(const GemvArgs& a, bool vec, cudaStream_t stream) {
-  if constexpr (std::is_same_v<W, float>) {
-    launch<W, S, kMaxRows, 4>(a, vec, stream);
-  } else if (a.rows == 1) {
-    const bool one_wave = (a.n + kCols - 1) / kCols * a.batch * S <= kOneWaveWarps;
-    one_wave ? launch<W, S, 1, 2>(a, vec, stream) : launch<W, S, 1, 4>(a, vec, stream);
-  } else {
-    launch<W, S, kMaxRows, 2>(a, vec, stream);
-  }
-}
-
+// blocks per SM, so the q and o products of the model shapes (512 blocks) ran in two waves. One
+// row keeps 2 loads in flight in launches of about one wave and 4 in larger ones (the LM head);
+// more rows keep 2 at every size (with 8 rows, 4 in flight was no faster on the LM head and
+// spills on sm_90). F32 weights (small test models) keep one shape.
 template <typename W>
-void launch_split(const GemvArgs& a, bool vec, cudaStream_t stream) {
-  switch (split_for(a)) {
-    case 8: launch_shape<W, 8>(a, vec, stream); break;
-    case 4: launch_shape<W, 4>(a, vec, stream); break;
-    case 2: launch_shape<W, 2>(a, vec, stream); break;
-    default: launch_shape<W, 1>(a, vec, stream); break;
+void launch_shape(const GemvArgs& a, const GemvPlan& plan, int64_t blocks, int64_t warps, bool vec,
+                  cudaStream_t stream) {
+  if constexpr (std::is_same_v<W, float>) {
+    launch<W, kMaxRows, 4>(a, plan, blocks, vec, stream);
+  } else if (a.rows == 1) {
+    warps <= kOneWaveWarps ? launch<W, 1, 2>(a, plan, blocks, vec, stream) : launch<W, 1, 4>(a, plan, blocks, vec, stream);
+  } else {
+    launch<W, kMaxRows, 2>(a, plan, blocks, vec, stream);
   }
 }
 
 }  // namespace
 
 bool gemv_vector_ok(const GemvArgs& a) {
-  return a.k % kChunk == 0 && a.x_row_stride % 4 == 0 && a.x_batch_stride % 4 == 0 &&
-         a.w_batch_stride % kChunk == 0 && aligned16(a.x) && aligned16(a.w) &&
-         (a.w_second == nullptr || aligned16(a.w_second));
+  bool ok = a.k % kChunk == 0 && a.x_row_stride % 4 == 0 && a.x_batch_stride % 4 == 0 && aligned16(a.x);
+  for (int p = 0; p < a.part_count; ++p) ok = ok && a.parts[p].w_batch_stride % kChunk == 0 && aligned16(a.parts[p].w);
+  return ok;
 }
 
-void gemv_launch(const GemvArgs& a, cudaStream_t stream) {
+void gemv_launch(const GemvArgs& args, cudaStream_t stream) {
+  GemvArgs a = args;  // parts in launch order: by size, smaller first (equal ones keep their order)
+  const auto size = [](const GemvPart& part) { return part.n * part.batch; };
+  for (int p = 1; p < a.part_count; ++p)
+    for (int at = p; at > 0 && size(a.parts[at - 1]) > size(a.parts[at]); --at) std::swap(a.parts[at - 1], a.parts[at]);
+  GemvPlan plan{};
+  uint32_t blocks = 0;
+  int64_t warps = 0;  // with work: a column group's S warps
+  for (int p = 0; p < a.part_count; ++p) {
+    const GemvPart& part = a.parts[p];
+    plan.split_shift[p] = split_shift_for(part, a.k);
+    const int64_t cols_per_block = kCols * (kWarps >> plan.split_shift[p]);
+    plan.blocks[p] = uint32_t((part.n + cols_per_block - 1) / cols_per_block);
+    plan.first_block[p] = blocks;
+    blocks += plan.blocks[p] * uint32_t(part.batch);
+    warps += (part.n + kCols - 1) / kCols * part.batch << plan.split_shift[p];
+  }
   const bool vec = gemv_vector_ok(a);
   if (a.w_bf16) {
-    launch_split<uint16_t>(a, vec, stream);
+    launch_shape<uint16_t>(a, plan, blocks, warps, vec, stream);
   } else {
-    launch_split<float>(a, vec, stream);
+    launch_shape<float>(a, plan, blocks, warps, vec, stream);
   }
-}
-
-void gemv_pair_launch(const GemvArgs& first, const void* w_second, const float* bias_second, float* y_second,
-                      cudaStream_t stream) {
-  GemvArgs a = first;
-  a.batch = 2;
-  a.x_batch_stride = 0;
-  a.w_second = w_second;
-  a.bias_second = bias_second;
-  a.y_second = y_second;
-  gemv_launch(a, stream);
 }
 
 }  // namespace moet::cuda

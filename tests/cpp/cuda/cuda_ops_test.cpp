@@ -85,43 +85,56 @@ TEST(CudaOps, MatmulIsBatchInvariantAndDeterministic) {
   EXPECT_EQ(0, std::memcmp(all.data(), one.data(), one.size() * sizeof(float)));
 }
 
-// matmul_pair (GQA's K and V in one launch): against the CPU backend's two products, and bit for
-// bit against two GPU matmul() calls; K/V shapes (split K over 8 warps), a partial column tile
-// with odd k (the scalar path), with and without biases, one row and several.
-TEST(CudaOps, MatmulPairMatchesTwoMatmuls) {
+// matmul_group (GQA's q, k and v in one launch): against the CPU backend's products, and bit for
+// bit against one GPU matmul() per part; parts of different heights (q with S = 1, K/V split over
+// 8 warps), a partial column tile with odd k (the scalar path), with and without biases, one row
+// and several; more parts than one launch holds, and mixed weight types, run as separate launches.
+TEST(CudaOps, MatmulGroupMatchesMatmuls) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{512, 4096}, {131, 4099}}) {
+  const std::vector<std::vector<int64_t>> heights = {{2048, 512, 512}, {131, 67}, {512, 512, 256, 128, 64}};
+  const std::vector<int64_t> widths = {4096, 4099, 1024};
+  for (size_t c = 0; c < heights.size(); ++c) {
+    const int64_t k = widths[c];
+    const size_t count = heights[c].size();
     for (int64_t rows : {1, 5}) {
       for (bool with_bias : {false, true}) {
-        const std::string what = fmt::format("n {} k {} rows {} bias {}", n, k, rows, with_bias);
-        auto wa = p.weight(to_bf16(random_floats(size_t(n * k), 11, 0.02f)).data(), DType::bf16, {n, k});
-        auto wb = p.weight(to_bf16(random_floats(size_t(n * k), 12, 0.02f)).data(), DType::bf16, {n, k});
+        const std::string what = fmt::format("case {} k {} rows {} bias {}", c, k, rows, with_bias);
         auto x = p.activation(random_floats(size_t(rows * k), uint64_t(rows + k)), {rows, k});
-        auto ba = p.activation(random_floats(size_t(n), 13), {n}), bb = p.activation(random_floats(size_t(n), 14), {n});
-        auto ya = p.alloc({rows, n}), yb = p.alloc({rows, n});
-        p.cpu->matmul_pair(x.first, wa.first, with_bias ? &ba.first : nullptr, ya.first, wb.first,
-                           with_bias ? &bb.first : nullptr, yb.first);
-        p.gpu->matmul_pair(x.second, wa.second, with_bias ? &ba.second : nullptr, ya.second, wb.second,
-                           with_bias ? &bb.second : nullptr, yb.second);
-        EXPECT_LT(max_rel_diff(p, ya), kTol) << what;
-        EXPECT_LT(max_rel_diff(p, yb), kTol) << what;
-        Tensor alone_a = p.gpu->alloc({rows, n}), alone_b = p.gpu->alloc({rows, n});
-        p.gpu->matmul(x.second, wa.second, with_bias ? &ba.second : nullptr, alone_a);
-        p.gpu->matmul(x.second, wb.second, with_bias ? &bb.second : nullptr, alone_b);
-        const auto pair_a = host(*p.gpu, ya.second), pair_b = host(*p.gpu, yb.second);
-        const auto one_a = host(*p.gpu, alone_a), one_b = host(*p.gpu, alone_b);
-        EXPECT_EQ(0, std::memcmp(pair_a.data(), one_a.data(), one_a.size() * sizeof(float))) << what;
-        EXPECT_EQ(0, std::memcmp(pair_b.data(), one_b.data(), one_b.size() * sizeof(float))) << what;
+        std::vector<std::pair<Tensor, Tensor>> w, bias, y;
+        std::vector<MatmulPart> cpu_parts, gpu_parts;
+        for (size_t i = 0; i < count; ++i) {
+          const int64_t n = heights[c][i];
+          // The mixed case's last part is F32: those launches fall back to one per part.
+          const bool f32 = c == 2 && i + 1 == count;
+          const auto values = random_floats(size_t(n * k), 11 + i, 0.02f);
+          w.push_back(f32 ? p.weight(values.data(), DType::f32, {n, k})
+                          : p.weight(to_bf16(values).data(), DType::bf16, {n, k}));
+          bias.push_back(p.activation(random_floats(size_t(n), 31 + i), {n}));
+          y.push_back(p.alloc({rows, n}));
+        }
+        for (size_t i = 0; i < count; ++i) {
+          cpu_parts.push_back({&w[i].first, with_bias ? &bias[i].first : nullptr, &y[i].first});
+          gpu_parts.push_back({&w[i].second, with_bias ? &bias[i].second : nullptr, &y[i].second});
+        }
+        p.cpu->matmul_group(x.first, cpu_parts);
+        p.gpu->matmul_group(x.second, gpu_parts);
+        for (size_t i = 0; i < count; ++i) {
+          EXPECT_LT(max_rel_diff(p, y[i]), kTol) << what << " part " << i;
+          Tensor alone = p.gpu->alloc({rows, heights[c][i]});
+          p.gpu->matmul(x.second, w[i].second, with_bias ? &bias[i].second : nullptr, alone);
+          const auto grouped = host(*p.gpu, y[i].second), one = host(*p.gpu, alone);
+          EXPECT_EQ(0, std::memcmp(grouped.data(), one.data(), one.size() * sizeof(float))) << what << " part " << i;
+        }
       }
     }
   }
   auto x = p.activation(random_floats(64, 1), {1, 64});
   auto w = p.weight(to_bf16(random_floats(64 * 8, 2)).data(), DType::bf16, {8, 64});
-  auto w_other = p.weight(to_bf16(random_floats(64 * 4, 3)).data(), DType::bf16, {4, 64});
-  auto y = p.alloc({1, 8}), y_other = p.alloc({1, 4});
-  EXPECT_THROW(p.gpu->matmul_pair(x.second, w.second, nullptr, y.second, w_other.second, nullptr, y_other.second),
-               Error);
+  auto w_wide = p.weight(to_bf16(random_floats(128 * 4, 3)).data(), DType::bf16, {4, 128});
+  auto y = p.alloc({1, 8}), y_wide = p.alloc({1, 4});
+  const MatmulPart mismatched[] = {{&w.second, nullptr, &y.second}, {&w_wide.second, nullptr, &y_wide.second}};
+  EXPECT_THROW(p.gpu->matmul_group(x.second, mismatched), Error);
 }
 
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
