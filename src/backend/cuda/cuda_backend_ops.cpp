@@ -78,14 +78,14 @@ void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> part
     return;
   }
   GemvArgs a = matmul_args(x, *parts.front().w, parts.front().bias, *parts.front().y);
-  std::string ns = std::to_string(a.parts[0].n);
-  for (size_t i = 1; i < parts.size(); ++i) {
-    a.parts[i] = matmul_args(x, *parts[i].w, parts[i].bias, *parts[i].y).parts[0];
-    ns += "+" + std::to_string(a.parts[i].n);
-  }
+  for (size_t i = 1; i < parts.size(); ++i) a.parts[i] = matmul_args(x, *parts[i].w, parts[i].bias, *parts[i].y).parts[0];
   a.part_count = int(parts.size());
   gemv_launch(a, stream_);
-  check_launch("matmul_group", [&] { return fmt::format("matmul_group[n={},k={}]", ns, a.k); });
+  check_launch("matmul_group", [&] {  // the label is built only when profiling asks for it
+    std::string ns = std::to_string(a.parts[0].n);
+    for (int i = 1; i < a.part_count; ++i) ns += "+" + std::to_string(a.parts[i].n);
+    return fmt::format("matmul_group[n={},k={}]", ns, a.k);
+  });
 }
 
 void CudaBackend::add(Tensor& y, const Tensor& x) {
