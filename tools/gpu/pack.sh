@@ -26,6 +26,15 @@ for bin in $BINARIES; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" .gpu-carry/lib/; done
+# The kernel tracer (tools/gpu/kernel_trace.cpp) and the CUPTI it was linked against, when the
+# toolkit has CUPTI.
+CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")
+if [ -f "$CUDA_ROOT/include/cupti.h" ]; then
+  CUPTI_LIB=$(dirname "$(find -L "$CUDA_ROOT" -name 'libcupti.so' -print -quit)")
+  g++ -std=c++17 -shared -fPIC -O2 -Wall -I"$CUDA_ROOT/include" tools/gpu/kernel_trace.cpp -L"$CUPTI_LIB" -lcupti \
+    -o .gpu-carry/libmoet_kernel_trace.so
+  cp -L "$CUPTI_LIB"/libcupti.so.[0-9]* .gpu-carry/lib/
+fi
 git rev-parse HEAD > .gpu-carry/commit
 { git diff --quiet && git diff --cached --quiet; } || echo "(+ uncommitted changes)" >> .gpu-carry/commit
 if [ -n "${BASE:-}" ]; then
