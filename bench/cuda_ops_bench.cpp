@@ -2,7 +2,7 @@
 // bandwidth measured in the same run: the BF16 GEMV at Qwen3-235B's decode shapes (q / o
 // projections 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096; K+V and
 // q+K+V as one matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
-// KV blocks of 16) at contexts 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
+// KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
 // 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8. Each op is captured kCalls
 // times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per call
 // is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches rotate
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   gemv(8192, 4096, "q+k+v_proj", {512, 512});
   gemv(128, 4096, "router gate");
   gemv(151936, 4096, "lm_head");
-  for (int64_t context : {128, 4096})
+  for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
   run("router sigmoid", [&] {

@@ -30,6 +30,10 @@ constexpr int kKeysPerThread = kMaxLeaf * kCopyLanes / kThreads;
 constexpr int kMaxSlots = int(kMaxHeads * kAttentionMaxVDim / 4 / kThreads);  // float4 outputs per thread
 constexpr size_t kSharedBudget = size_t(96) << 10;  // fits every target (sm_120: 99 KiB per block)
 constexpr int64_t kMaxLeafSplits = 32;              // split by leaf while a row has at most this many
+// Rows of fewer leaves run in one block per head group: for two leaves the split's partials and
+// combine cost more than the second leaf (H200: Qwen3-30B-A3B at contexts of 33-48 keys 2-4%
+// faster end to end; from 3 leaves up the split wins, docs/gpu.md Run 14).
+constexpr int64_t kMinSplitLeaves = 3;
 constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // split scratch (256 MiB) above this: fused
 constexpr int kFoldAhead = 8;                            // partials the combining block loads at once
 static_assert(kAttentionSegment % kMaxLeaf == 0, "a segment is whole leaves");
@@ -71,7 +75,7 @@ AttentionPlan plan_for(const AttentionArgs& a) {
   const int64_t units = a.rows * (a.q_heads / p.heads), leaves = ceil_div(a.max_keys, p.leaf);
   p.by_leaf = leaves <= kMaxLeafSplits;
   p.splits = p.by_leaf ? leaves : ceil_div(a.max_keys, kAttentionSegment);
-  if (a.counters == nullptr || units > kAttentionMaxSplitUnits || leaves == 1 ||
+  if (a.counters == nullptr || units > kAttentionMaxSplitUnits || leaves < kMinSplitLeaves ||
       a.rows * a.q_heads * p.splits * partial_width(c.v_dim) > kMaxPartialFloats)
     p.splits = 1;
   return p;
