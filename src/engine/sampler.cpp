@@ -1,18 +1,44 @@
 // Sampler implementation (see sampler.h). Probabilities in double; truncation over tokens sorted
-// by probability (ties by id), then one uniform draw.
+// by probability (ties by id), then one uniform draw. The sorted order is built as far as it is
+// read: the k most probable tokens are those at or above the k-th largest probability (one
+// nth_element over the probabilities), sorted; k doubles when more is needed. A sum over the
+// whole vocabulary (the top-p normaliser without top-k) is taken in token order.
 #include "engine/sampler.h"
 
 #include "core/error.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <unordered_map>
 
 namespace moet {
 
+namespace {
+
+// The largest value (NaNs skipped; -inf when there is none), eight independent lanes so that the
+// compiler can keep them in vector registers.
+float max_value(const float* values, int64_t n) {
+  constexpr int kLanes = 8;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -INFINITY);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = values[i + j] > lane[j] ? values[i + j] : lane[j];
+  float best = -INFINITY;
+  for (int j = 0; j < kLanes; ++j) best = lane[j] > best ? lane[j] : best;
+  for (; i < n; ++i) best = values[i] > best ? values[i] : best;
+  return best;
+}
+
+}  // namespace
+
 int32_t argmax(const float* values, int64_t n) {
-  return int32_t(std::max_element(values, values + n) - values);
+  const float best = max_value(values, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (values[i] == best) return int32_t(i);
+  return 0;
 }
 
 void SamplingParams::validate(int64_t vocab) const {
@@ -60,28 +86,46 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
   }
 }
 
-int32_t Sampler::draw() {
-  const int64_t vocab = int64_t(work_.size());
-  const double max_logit = *std::max_element(work_.begin(), work_.end());
-  order_.resize(size_t(vocab));
-  std::iota(order_.begin(), order_.end(), 0);
-  probs_.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i)
-    probs_[size_t(i)] = std::exp((double(work_[size_t(i)]) - max_logit) / params_.temperature);
+void Sampler::sort_prefix(size_t n) {
+  const size_t vocab = probs_.size();
+  if (n <= order_.size()) return;
+  const size_t want = std::min(vocab, std::max({n, 2 * order_.size(), size_t(256)}));
+  scratch_ = probs_;
+  std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(), std::greater<double>());
+  const double threshold = scratch_[want - 1];
+  order_.clear();
+  for (size_t i = 0; i < vocab; ++i)
+    if (probs_[i] >= threshold) order_.push_back(int32_t(i));  // want of them, or more on ties
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
     return probs_[size_t(a)] > probs_[size_t(b)] || (probs_[size_t(a)] == probs_[size_t(b)] && a < b);
   });
-  size_t keep = params_.top_k > 0 ? std::min<size_t>(size_t(params_.top_k), order_.size()) : order_.size();
+}
+
+int32_t Sampler::draw() {
+  const size_t vocab = work_.size();
+  const double max_logit = max_value(work_.data(), int64_t(vocab));
+  probs_.resize(vocab);
+  double vocab_mass = 0.0;
+  for (size_t i = 0; i < vocab; ++i) {
+    probs_[i] = std::exp((double(work_[i]) - max_logit) / params_.temperature);
+    vocab_mass += probs_[i];
+  }
+  order_.clear();
+  const auto prob = [&](size_t rank) {
+    sort_prefix(rank + 1);
+    return probs_[size_t(order_[rank])];
+  };
   auto mass = [&](size_t n) {
     double total = 0.0;
-    for (size_t i = 0; i < n; ++i) total += probs_[size_t(order_[i])];
+    for (size_t i = 0; i < n; ++i) total += prob(i);
     return total;
   };
-  double total = mass(keep);
+  size_t keep = params_.top_k > 0 ? std::min<size_t>(size_t(params_.top_k), vocab) : vocab;
+  double total = keep == vocab ? vocab_mass : mass(keep);
   if (params_.top_p < 1.0f) {
     double cumulative = 0.0;
     for (size_t i = 0; i < keep; ++i) {
-      cumulative += probs_[size_t(order_[i])] / total;
+      cumulative += prob(i) / total;
       if (cumulative >= params_.top_p) {
         keep = i + 1;
         break;
@@ -89,14 +133,15 @@ int32_t Sampler::draw() {
     }
     total = mass(keep);
   }
-  if (params_.min_p > 0.0f) {
-    const double threshold = params_.min_p * probs_[size_t(order_[0])];
-    while (keep > 1 && probs_[size_t(order_[keep - 1])] < threshold) --keep;
+  if (params_.min_p > 0.0f) {  // sorted, so the kept tokens are those at or above the threshold
+    const double threshold = params_.min_p * prob(0);
+    const size_t above = size_t(std::count_if(probs_.begin(), probs_.end(), [&](double p) { return p >= threshold; }));
+    keep = std::max<size_t>(1, std::min(keep, above));
     total = mass(keep);
   }
   double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
   for (size_t i = 0; i < keep; ++i) {
-    u -= probs_[size_t(order_[i])];
+    u -= prob(i);
     if (u <= 0.0) return order_[i];
   }
   return order_[keep - 1];
@@ -120,12 +165,18 @@ void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& re
 
 SampleResult Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
                              std::span<const int32_t> output) {
-  work_.assign(logits, logits + vocab);
-  for (const auto& [id, bias] : params_.logit_bias)
-    if (id >= 0 && id < vocab) work_[size_t(id)] += bias;
-  apply_penalties(prompt, output);
   SampleResult result;
-  result.token = params_.temperature == 0.0f ? argmax(work_.data(), vocab) : draw();
+  const bool raw = params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+                   params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
+  if (raw && params_.temperature == 0.0f) {
+    result.token = argmax(logits, vocab);  // nothing to apply: no copy
+  } else {
+    work_.assign(logits, logits + vocab);
+    for (const auto& [id, bias] : params_.logit_bias)
+      if (id >= 0 && id < vocab) work_[size_t(id)] += bias;
+    apply_penalties(prompt, output);
+    result.token = params_.temperature == 0.0f ? argmax(work_.data(), vocab) : draw();
+  }
   if (params_.logprobs >= 0) fill_logprobs(logits, vocab, result);
   return result;
 }

@@ -4,6 +4,9 @@
 // generator seeded per request, so a given seed reproduces the same tokens regardless of which
 // other requests share the batch. Logprobs are those of the raw model distribution
 // (log_softmax of the unprocessed logits), as vLLM and OpenAI report them.
+// Only as much of the vocabulary is sorted as the truncation and the draw reach (most of the
+// mass sits in a few tokens): a 152k vocabulary costs about a millisecond, not a full sort's
+// tens (bench: sampler_bench).
 #pragma once
 
 #include <cstdint>
@@ -51,13 +54,15 @@ class Sampler {
  private:
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);
   int32_t draw();
+  // Makes order_[0, n) (at least; n <= vocab) the n most probable tokens, sorted.
+  void sort_prefix(size_t n);
   void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
-  std::vector<int32_t> order_;
-  std::vector<double> probs_;
+  std::vector<int32_t> order_;  // tokens by probability (ties by id), sorted up to order_.size()
+  std::vector<double> probs_, scratch_;
 };
 
 // Index of the largest value (the lowest index among equals).

@@ -1,12 +1,16 @@
 // Sampler: greedy, seeded reproducibility, top-k/top-p/min-p truncation, penalties, logit_bias,
-// logprobs of the raw distribution, and parameter validation.
+// logprobs of the raw distribution, parameter validation, and the partial sort drawing the same
+// tokens as a full sort.
 #include "engine/sampler.h"
 
 #include "core/error.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <set>
 
 namespace moet {
@@ -87,6 +91,110 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
   EXPECT_EQ(r.top[0].id, 1);
   EXPECT_EQ(r.top[1].id, 4);
   EXPECT_NEAR(r.top[0].logprob, 3.0 - std::log(z), 1e-5);
+}
+
+// The truncation and the draw as specified, over a fully sorted vocabulary: probabilities
+// exp((logit - max) / T) in double, tokens by probability then id, top-k, then top-p over the
+// kept mass (the whole vocabulary's summed in token order), then min-p, then one uniform draw in
+// [0, kept mass) walked in order. The sampler sorts only what it reads; it must pick the same.
+std::vector<int32_t> reference_tokens(const std::vector<float>& logits, const SamplingParams& params, int draws) {
+  std::mt19937_64 rng(params.seed);
+  const size_t vocab = logits.size();
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(vocab);
+  double vocab_mass = 0.0;
+  for (size_t i = 0; i < vocab; ++i) vocab_mass += probs[i] = std::exp((double(logits[i]) - max_logit) / params.temperature);
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[size_t(a)] > probs[size_t(b)] || (probs[size_t(a)] == probs[size_t(b)] && a < b);
+  });
+  const auto mass = [&](size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += probs[size_t(order[i])];
+    return total;
+  };
+  size_t keep = params.top_k > 0 ? std::min<size_t>(size_t(params.top_k), vocab) : vocab;
+  double total = keep == vocab ? vocab_mass : mass(keep);
+  if (params.top_p < 1.0f) {
+    double cumulative = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += probs[size_t(order[i])] / total;
+      if (cumulative >= params.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    total = mass(keep);
+  }
+  if (params.min_p > 0.0f) {
+    const double threshold = params.min_p * probs[size_t(order[0])];
+    while (keep > 1 && probs[size_t(order[keep - 1])] < threshold) --keep;
+    total = mass(keep);
+  }
+  std::vector<int32_t> tokens;
+  for (int d = 0; d < draws; ++d) {
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    int32_t token = order[keep - 1];
+    for (size_t i = 0; i < keep; ++i) {
+      u -= probs[size_t(order[i])];
+      if (u <= 0.0) {
+        token = order[i];
+        break;
+      }
+    }
+    tokens.push_back(token);
+  }
+  return tokens;
+}
+
+// A 5000-token vocabulary, peaked (an LLM-like head over a long tail) and flat (wide random
+// logits), with runs of equal logits for the ties (one across the first sorted prefix's end): every truncation, 300 draws each, the same
+// tokens as the reference, including draws deep in the tail that make the sampler sort more.
+TEST(Sampler, PartialSortDrawsAsAFullSort) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float spread : {2.0f, 8.0f}) {
+    std::vector<float> logits(5000);
+    for (float& v : logits) v = spread * normal(rng);
+    for (size_t i = 0; i < 40; ++i) logits[100 + i] = logits[17];  // ties
+    for (int i = 0; i < 5; ++i) logits[size_t(i * 997)] = 3.0f * spread;  // a head
+    // Equal logits at ranks 240..299, across the first prefix the sampler sorts (256 tokens).
+    std::vector<float> ranked = logits;
+    std::sort(ranked.begin(), ranked.end(), std::greater<float>());
+    for (float& v : logits)
+      if (v <= ranked[240] && v >= ranked[299]) v = ranked[240];
+    struct Case {
+      float temperature, top_p, min_p;
+      int64_t top_k;
+    };
+    for (const Case& c : {Case{1.0f, 1.0f, 0.0f, 0}, Case{0.7f, 0.9f, 0.0f, 0}, Case{1.3f, 0.5f, 0.0f, 0},
+                          Case{1.0f, 1.0f, 0.0f, 40}, Case{0.8f, 0.95f, 0.0f, 300}, Case{1.0f, 1.0f, 0.05f, 0},
+                          Case{2.0f, 0.99f, 0.001f, 0}, Case{5.0f, 1.0f, 0.0f, 0}}) {
+      SamplingParams p;
+      p.temperature = c.temperature;
+      p.top_p = c.top_p;
+      p.min_p = c.min_p;
+      p.top_k = c.top_k;
+      p.seed = uint64_t(spread * 100) + uint64_t(c.top_k);
+      Sampler sampler(p);
+      std::vector<int32_t> tokens;
+      for (int d = 0; d < 300; ++d) tokens.push_back(sampler.sample(logits.data(), int64_t(logits.size())).token);
+      EXPECT_EQ(tokens, reference_tokens(logits, p, 300))
+          << "spread " << spread << " T " << c.temperature << " top_p " << c.top_p << " min_p " << c.min_p << " top_k "
+          << c.top_k;
+    }
+  }
+}
+
+TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
+  std::vector<float> v(1000, -1.0f);
+  v[333] = v[777] = 5.0f;
+  v[5] = NAN;
+  EXPECT_EQ(argmax(v.data(), int64_t(v.size())), 333);
+  v[999] = INFINITY;
+  EXPECT_EQ(argmax(v.data(), int64_t(v.size())), 999);
+  EXPECT_EQ(argmax(v.data(), 7), 0);  // all -1 but a NaN: the first -1
 }
 
 TEST(Sampler, ValidateNamesTheField) {
