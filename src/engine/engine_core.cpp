@@ -8,9 +8,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <thread>
 
 namespace moet {
 namespace {
+
+constexpr unsigned kSamplingThreads = 8;  // rows of a step sampled at once
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -57,7 +61,8 @@ EngineCore::EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const E
       config_(engine_config_resolve(model, config)),
       pool_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching),
       cache_(model.create_kv_cache(config_.num_blocks, config_.block_size)),
-      scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens}, pool_) {}
+      scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens}, pool_),
+      sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {}
 
 EngineCore::~EngineCore() = default;
 
@@ -174,15 +179,32 @@ int64_t EngineCore::step() {
   computed_tokens_ += plan.num_tokens;
   generated_tokens_ += int64_t(batch.logit_rows.size());
   const int64_t vocab = model_.config().vocab_size;
-  size_t row = 0;
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    if (!chunk.samples()) continue;
-    Request& r = *requests_.at(chunk.seq->id);
-    const auto prompt = std::span<const int32_t>(r.seq.tokens).first(size_t(r.seq.prompt_len));
-    const auto output = std::span<const int32_t>(r.seq.tokens).subspan(size_t(r.seq.prompt_len));
-    emit(r, r.sampler.sample(logits.data() + row * size_t(vocab), vocab, prompt, output));
-    ++row;
+  std::vector<Request*> sampled;  // logit row i is sampled[i]'s
+  for (const ScheduledChunk& chunk : plan.chunks)
+    if (chunk.samples()) sampled.push_back(requests_.at(chunk.seq->id).get());
+  // Each row with its own request's sampler, so rows may run on any thread; emitted in order.
+  std::vector<SampleResult> results(sampled.size());
+  std::vector<std::exception_ptr> errors(sampled.size());
+  const auto sample_rows = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        Request& r = *sampled[i];
+        const auto prompt = std::span<const int32_t>(r.seq.tokens).first(size_t(r.seq.prompt_len));
+        const auto output = std::span<const int32_t>(r.seq.tokens).subspan(size_t(r.seq.prompt_len));
+        results[i] = r.sampler.sample(logits.data() + i * size_t(vocab), vocab, prompt, output);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  if (sampled.size() > 1) {
+    sampling_pool_.parallel_for(sampled.size(), sample_rows);
+  } else {
+    sample_rows(0, sampled.size());
   }
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+  for (size_t i = 0; i < sampled.size(); ++i) emit(*sampled[i], results[i]);
   return plan.num_tokens;
 }
 
