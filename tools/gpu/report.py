@@ -34,6 +34,7 @@ def main():
         "kernels": load(out / "kernels.json"),
         "ops": load(out / "ops.json"),
         "e2e": {p.stem: load(p) for p in sorted(out.glob("e2e_*.json"))},
+        "timeline": {p.stem: load(p) for p in sorted(out.glob("timeline_*.json"))},
     }
     print(json.dumps(report, indent=2))
 

@@ -5,7 +5,9 @@
 # report.json (machine, commit, tests, parity, benchmarks). Usage: bash tools/gpu/run.sh RESULTS_DIR [quick|ncu]
 # "quick" runs one small end-to-end benchmark (Qwen3-30B-A3B, 4 layers; experts W2, FP4 and native
 # BF16) instead of all; "ncu" runs the tests, the kernel benchmark and Nsight Compute on the W2
-# product kernels (ncu_w2.log), nothing end to end. Each step's log is RESULTS_DIR/<step>.log.
+# product kernels (ncu_w2.log), nothing end to end. The full run also traces the Qwen3-235B step
+# (timeline_qwen3_235b.log/.json: each kernel's cost inside the graph) when pack.sh built the
+# tracer. Each step's log is RESULTS_DIR/<step>.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT_DIR=${1:?usage: run.sh RESULTS_DIR [quick|ncu]}
@@ -64,6 +66,17 @@ else
     --layers 94 --profile --json-out "$OUT_DIR/e2e_qwen3_235b.json"
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
     --layers 5 --profile --json-out "$OUT_DIR/e2e_deepseek_v3.json"
+  # The Qwen3-235B step's timeline inside its graph, per kernel (docs/gpu.md, "Timeline of a step
+  # inside its graph"): the traced run's own speed is not the model's (tracing slows it down).
+  if [ -f "$CARRY/libmoet_kernel_trace.so" ]; then
+    step trace_qwen3_235b env CUDA_INJECTION64_PATH="$CARRY/libmoet_kernel_trace.so" \
+      MOET_KERNEL_TRACE="$OUT_DIR/trace_qwen3_235b.csv" "$MOET" bench --device cuda \
+      --config bench/configs/Qwen3-235B-A22B.config.json --layers 94 --decode-tokens 32 \
+      --json-out "$OUT_DIR/traced_qwen3_235b.json"
+    step timeline_qwen3_235b python3 tools/gpu/trace_report.py "$OUT_DIR/trace_qwen3_235b.csv" \
+      --json "$OUT_DIR/timeline_qwen3_235b.json"
+    xz -f "$OUT_DIR/trace_qwen3_235b.csv"
+  fi
 fi
 # Last: live transformers parity (native experts; the slowest step, least likely to change).
 step parity python3 tools/gpu/parity_transformers.py "$MOET" "$OUT_DIR/parity.json"
