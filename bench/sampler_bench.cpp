@@ -1,8 +1,9 @@
 // Host sampling of one token from a Qwen3-size vocabulary (151936 logits), per sampling setting:
 // greedy, temperature alone, with top-p, top-k and min-p. Two logit shapes: "peaked" (a few
 // likely tokens over a long tail, as a trained model's next-token distribution mostly is) and
-// "flat" (normal logits of spread 3, the worst case for the truncations, which must reach deep
-// into the sorted order). The time is per token of one sequence; a decode step of a batch pays it
+// "flat" (normal logits of spread 3: the truncations reach deeper into the sorted order), and
+// "uniform" (spread 1 at temperature 5: nearly flat, the draw walks half the vocabulary, the
+// worst case: about one full sort). The time is per token of one sequence; a decode step of a batch pays it
 // once per row. The reference cost is the full sort the sampler did before: a full-sort
 // "temperature 0.7" case is printed next to the others (full_sort).
 #include "engine/sampler.h"
@@ -19,9 +20,9 @@ namespace {
 
 constexpr int64_t kVocab = 151936;
 
-std::vector<float> logits(bool peaked) {
+std::vector<float> logits(bool peaked, float spread = 3.0f) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, peaked ? 1.5f : 3.0f);
+  std::normal_distribution<float> normal(0.0f, peaked ? 1.5f : spread);
   std::vector<float> v(static_cast<size_t>(kVocab));
   for (float& x : v) x = normal(rng);
   if (peaked)
@@ -29,8 +30,9 @@ std::vector<float> logits(bool peaked) {
   return v;
 }
 
-void sample(benchmark::State& state, bool peaked, float temperature, float top_p, int64_t top_k, float min_p) {
-  const std::vector<float> values = logits(peaked);
+void sample(benchmark::State& state, bool peaked, float temperature, float top_p, int64_t top_k, float min_p,
+            float spread = 3.0f) {
+  const std::vector<float> values = logits(peaked, spread);
   moet::SamplingParams params;
   params.temperature = temperature;
   params.top_p = top_p;
@@ -79,6 +81,7 @@ BENCHMARK_CAPTURE(sample, t07_top_k40_peaked, true, 0.7f, 1.0f, 40, 0.0f)->Unit(
 BENCHMARK_CAPTURE(sample, t10_min_p005_peaked, true, 1.0f, 1.0f, 0, 0.05f)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(sample, t07_flat, false, 0.7f, 1.0f, 0, 0.0f)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(sample, t07_top_p09_flat, false, 0.7f, 0.9f, 0, 0.0f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(sample, t50_uniform, false, 5.0f, 1.0f, 0, 0.0f, 1.0f)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(full_sort, t07_peaked, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(full_sort, t07_flat, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -1,8 +1,10 @@
 // Sampler implementation (see sampler.h). Probabilities in double; truncation over tokens sorted
 // by probability (ties by id), then one uniform draw. The sorted order is built as far as it is
 // read: the k most probable tokens are those at or above the k-th largest probability (one
-// nth_element over the probabilities), sorted; k doubles when more is needed. A sum over the
-// whole vocabulary (the top-p normaliser without top-k) is taken in token order.
+// nth_element over the probabilities), sorted; k grows fourfold when more is needed, the new
+// tokens sorted after the old, and from a quarter of the vocabulary on all the rest at once (a
+// nearly flat distribution costs about one full sort). A sum over the whole vocabulary (the top-p
+// normaliser without top-k) is taken in token order.
 #include "engine/sampler.h"
 
 #include "core/error.h"
@@ -87,18 +89,23 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
 }
 
 void Sampler::sort_prefix(size_t n) {
-  const size_t vocab = probs_.size();
   if (n <= order_.size()) return;
-  const size_t want = std::min(vocab, std::max({n, 2 * order_.size(), size_t(256)}));
-  scratch_ = probs_;
-  std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(), std::greater<double>());
-  const double threshold = scratch_[want - 1];
-  order_.clear();
+  // order_ holds every token with a probability >= prefix_floor_, sorted; the next ones are below
+  // it, so they are appended after it, sorted among themselves.
+  const size_t vocab = probs_.size(), want = std::max({n, 4 * order_.size(), size_t(256)});
+  double floor = 0.0;  // a quarter of the vocabulary or more: the rest whole
+  if (4 * want < vocab) {
+    scratch_ = probs_;
+    std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(), std::greater<double>());
+    floor = scratch_[want - 1];
+  }
+  const size_t start = order_.size();
   for (size_t i = 0; i < vocab; ++i)
-    if (probs_[i] >= threshold) order_.push_back(int32_t(i));  // want of them, or more on ties
-  std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
+    if (probs_[i] >= floor && probs_[i] < prefix_floor_) order_.push_back(int32_t(i));  // want in all, or more on ties
+  std::sort(order_.begin() + ptrdiff_t(start), order_.end(), [&](int32_t a, int32_t b) {
     return probs_[size_t(a)] > probs_[size_t(b)] || (probs_[size_t(a)] == probs_[size_t(b)] && a < b);
   });
+  prefix_floor_ = floor;
 }
 
 int32_t Sampler::draw() {
@@ -107,10 +114,12 @@ int32_t Sampler::draw() {
   probs_.resize(vocab);
   double vocab_mass = 0.0;
   for (size_t i = 0; i < vocab; ++i) {
-    probs_[i] = std::exp((double(work_[i]) - max_logit) / params_.temperature);
+    const double p = std::exp((double(work_[i]) - max_logit) / params_.temperature);
+    probs_[i] = p >= 0.0 ? p : 0.0;  // a NaN logit has no probability
     vocab_mass += probs_[i];
   }
   order_.clear();
+  prefix_floor_ = INFINITY;
   const auto prob = [&](size_t rank) {
     sort_prefix(rank + 1);
     return probs_[size_t(order_[rank])];

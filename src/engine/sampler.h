@@ -62,6 +62,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::vector<int32_t> order_;  // tokens by probability (ties by id), sorted up to order_.size()
+  double prefix_floor_ = 0.0;   // order_ holds the tokens whose probability is at least this
   std::vector<double> probs_, scratch_;
 };
 
