@@ -6,8 +6,8 @@
 // back to the pool (full blocks stay in the prefix cache). Not thread-safe: AsyncEngine runs it on
 // one thread. Batching is invisible: a request's tokens depend only on its own parameters, because
 // the CPU kernels compute every output row independently and each request has its own sampler.
-// A step's rows are sampled in parallel (up to 8 threads: a temperature draw is about a
-// millisecond per row on a large vocabulary), then emitted in row order.
+// A step's rows are sampled in parallel (up to 8 threads: a temperature draw over a large
+// vocabulary takes milliseconds), then emitted in row order.
 #pragma once
 
 #include "core/thread_pool.h"
