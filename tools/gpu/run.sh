@@ -66,6 +66,9 @@ else
     --layers 94 --profile --json-out "$OUT_DIR/e2e_qwen3_235b.json"
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
     --layers 5 --profile --json-out "$OUT_DIR/e2e_deepseek_v3.json"
+  # The runs above decode at 17..48 keys (the bench's 16-token prompt); this one at 2049..2080.
+  step e2e_qwen3_30b_context2k "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
+    --layers 48 --prompt-tokens 2048 --json-out "$OUT_DIR/e2e_qwen3_30b_context2k.json"
   # The Qwen3-235B step's timeline inside its graph, per kernel (docs/gpu.md, "Timeline of a step
   # inside its graph"): the traced run's own speed is not the model's (tracing slows it down).
   if [ -f "$CARRY/libmoet_kernel_trace.so" ]; then
