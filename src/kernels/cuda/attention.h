@@ -12,8 +12,9 @@
 // rescaled and added, explicitly rounded). That tree is the same whichever way a step runs:
 // fused (a block per (row, head group) evaluates all of it; also rows of up to two leaves),
 // split by leaf (short contexts: a block per leaf) or split by segment (a block per segment);
-// split blocks write partials and the last one of a row (an atomic counter) folds them. So a row's bits depend neither on the mode
-// nor on the other rows of the step; reductions use fixed trees: bit-identical run to run.
+// split blocks write partials and the last one of a row (an atomic counter) folds them. So a
+// row's bits depend neither on the mode nor on the other rows of the step; reductions use fixed
+// trees: bit-identical run to run.
 // Also the KV write of a step's rows.
 #pragma once
 
