@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "engine/sampler.h"
 #include "engine/sequence_batch.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
@@ -53,10 +54,6 @@ struct BenchFlags {
 };
 
 constexpr int64_t kBlockSize = 16;
-
-int32_t argmax(const float* logits, int64_t vocab) {
-  return int32_t(std::max_element(logits, logits + vocab) - logits);  // first maximum: lowest id on ties
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

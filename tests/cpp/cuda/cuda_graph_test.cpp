@@ -7,6 +7,7 @@
 // graph owns surviving other allocations. Skips with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
+#include "engine/sampler.h"
 #include "engine/single_sequence.h"
 #include "io/checkpoint.h"
 
@@ -23,10 +24,6 @@ namespace {
 
 const std::filesystem::path kFixtures = std::filesystem::path(MOET_SOURCE_DIR) / "tests" / "fixtures";
 constexpr int64_t kBlockSize = 4;
-
-int32_t argmax(const float* logits, int64_t vocab) {
-  return int32_t(std::max_element(logits, logits + vocab) - logits);
-}
 
 struct Seq {
   std::vector<int32_t> tokens;
