@@ -3,7 +3,8 @@
 // projections 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096; K+V and
 // q+K+V as one matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
 // KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
-// 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8. Each op is captured kCalls
+// 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; prefill-sized products (16 to
+// 2048 rows) on the tensor cores next to the GEMV. Each op is captured kCalls
 // times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per call
 // is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches rotate
 // over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2. Bytes
@@ -80,23 +81,28 @@ int64_t copies_for(double bytes) { return std::clamp<int64_t>(int64_t(std::ceil(
 // y = x @ w^T with BF16 weights [n, k] per call, or with `group` more products of other heights
 // of the same x (Backend::matmul_group, GQA's q, k and v in one launch), counting every matrix's
 // bytes.
-nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
+// `copies` copies of a BF16 weight [n, k] of N(0, 0.02) values, to rotate over.
+std::vector<Tensor> bf16_weights(Backend& backend, int64_t n, int64_t k, int64_t copies) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> pattern(size_t(1) << 20);
   for (auto& v : pattern) v = float_to_bf16(normal(rng));
+  std::vector<uint16_t> host(size_t(n * k));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
+  std::vector<Tensor> weights;
+  for (int64_t c = 0; c < copies; ++c)
+    weights.push_back(
+        backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()), host.size() * 2, "bench"}));
+  return weights;
+}
+
+nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
   std::vector<int64_t> heights = {n};
   heights.insert(heights.end(), group.begin(), group.end());
   double bytes = 0.0;
   for (int64_t h : heights) bytes += double(h * k * 2);
-  std::vector<std::vector<Tensor>> weights(heights.size());  // per part, rotating copies
-  for (size_t part = 0; part < heights.size(); ++part) {
-    std::vector<uint16_t> host(size_t(heights[part] * k));
-    for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
-    for (int64_t c = 0; c < copies_for(bytes); ++c)
-      weights[part].push_back(b.backend.upload({"w", DType::bf16, {heights[part], k},
-                                                reinterpret_cast<const uint8_t*>(host.data()), host.size() * 2, "bench"}));
-  }
+  std::vector<std::vector<Tensor>> weights;  // per part, rotating copies
+  for (int64_t h : heights) weights.push_back(bf16_weights(b.backend, h, k, copies_for(bytes)));
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 4, 8}) {
@@ -119,6 +125,40 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, cons
   }
   return {{"op", group.empty() ? "matmul_bf16" : "matmul_group_bf16"}, {"name", name}, {"n", heights}, {"k", k},
           {"results", rows_out}};
+}
+
+// Prefill-sized products y = x @ w^T (BF16 weights [n, k]) on the tensor cores (the backend's GEMM
+// from gemm_min_rows rows: two BF16 GEMMs over the split activations) and on the CUDA-core GEMV (a
+// second backend with gemm_min_rows = 0) in the same run: time per call and TFLOP/s counting the
+// product's 2 rows n k FLOPs once.
+nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, const char* name) {
+  const double bytes = double(n * k * 2);
+  nlohmann::json rows_out = nlohmann::json::array();
+  std::vector<Tensor> weights[2] = {bf16_weights(b.backend, n, k, copies_for(bytes)),
+                                    bf16_weights(gemv_only.backend, n, k, copies_for(bytes))};
+  for (int64_t rows : {16, 64, 256, 2048}) {
+    double seconds[2];
+    Bench* sides[2] = {&b, &gemv_only};
+    for (int side = 0; side < 2; ++side) {
+      Backend& backend = sides[side]->backend;
+      const Tensor x = sides[side]->filled({rows, k}, 0.5f);
+      Tensor y = backend.alloc({rows, n});
+      backend.matmul(x, weights[side][0], nullptr, y);  // outside the capture: makes the GEMM
+      seconds[side] = sides[side]->seconds_per_call(
+          y, [&](int i) { backend.matmul(x, weights[side][size_t(i) % weights[side].size()], nullptr, y); });
+    }
+    const double flops = 2.0 * double(rows * n * k);
+    std::printf("gemm %-16s %6ldx%-6ld rows %5ld  tensor cores %9.2f us %6.1f TFLOP/s   GEMV %9.2f us %6.1f TFLOP/s  "
+                "%5.2fx\n",
+                name, long(n), long(k), long(rows), seconds[0] * 1e6, flops / seconds[0] / 1e12, seconds[1] * 1e6,
+                flops / seconds[1] / 1e12, seconds[1] / seconds[0]);
+    rows_out.push_back({{"rows", rows},
+                        {"gemm_us", seconds[0] * 1e6},
+                        {"gemm_tflops", flops / seconds[0] / 1e12},
+                        {"gemv_us", seconds[1] * 1e6},
+                        {"gemv_tflops", flops / seconds[1] / 1e12}});
+  }
+  return {{"op", "matmul_bf16_many_rows"}, {"name", name}, {"n", n}, {"k", k}, {"results", rows_out}};
 }
 
 nlohmann::json bench_attention(Bench& b, int64_t context) {
@@ -194,6 +234,20 @@ int main(int argc, char** argv) {
   gemv(8192, 4096, "q+k+v_proj", {512, 512});
   gemv(128, 4096, "router gate");
   gemv(151936, 4096, "lm_head");
+  std::unique_ptr<moet::Backend> gemv_backend;  // the GEMV's side of the GEMM benchmarks
+  std::unique_ptr<moet::Bench> gemv_bench;
+  const auto gemm = [&](int64_t n, int64_t k, const char* name) {
+    run(std::string("gemm ") + name, [&] {
+      if (!gemv_backend) {
+        gemv_backend = moet::cuda_backend_create({0, 0.9, 0.0, true, 0});
+        gemv_bench = std::make_unique<moet::Bench>(moet::Bench{*gemv_backend, copy_gbs});
+      }
+      return moet::bench_gemm(bench, *gemv_bench, n, k, name);
+    });
+  };
+  gemm(8192, 4096, "q_proj");
+  gemm(4096, 8192, "o_proj");
+  gemm(512, 4096, "k_proj");
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });

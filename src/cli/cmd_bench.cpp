@@ -64,20 +64,27 @@ struct DecodePass {
   std::vector<float> logits;  // every step's, in order
 };
 
-void write_profile_table(const nlohmann::json& profile) {
-  std::fprintf(stderr, "\nper-op profile: eager decode, %lld steps (%s)\n", static_cast<long long>(profile["steps"]),
-               profile["clock"].get<std::string>().c_str());
-  std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/step", "us/step", "share");
-  for (const auto& op : profile["ops"])
+// The backend's per-op profile of `passes` passes as JSON, per pass ("step": a decode step, or a
+// prompt's prefill), and its table on stderr.
+nlohmann::json profile_report(Backend& backend, const std::string& what, int64_t passes, bool cuda) {
+  const std::vector<OpProfile> ops = backend.take_profile();
+  double total = 0.0;
+  for (const OpProfile& op : ops) total += op.seconds;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const OpProfile& op : ops)
+    rows.push_back({{"op", op.op},
+                    {"calls_per_step", double(op.calls) / double(passes)},
+                    {"us_per_step", op.seconds * 1e6 / double(passes)},
+                    {"share", total > 0.0 ? op.seconds / total : 0.0}});
+  const char* clock = cuda ? "GPU time between CUDA events, each op gated" : "host wall time per op";
+  std::fprintf(stderr, "\nper-op profile: eager %s, %lld passes (%s)\n", what.c_str(), static_cast<long long>(passes),
+               clock);
+  std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/pass", "us/pass", "share");
+  for (const auto& op : rows)
     std::fprintf(stderr, "%-44s %12.2f %12.2f %7.1f%%\n", op["op"].get<std::string>().c_str(),
                  op["calls_per_step"].get<double>(), op["us_per_step"].get<double>(), 100.0 * op["share"].get<double>());
-  std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", profile["total_us_per_step"].get<double>(), 100.0);
-  for (const char* key : {"decode_step_us", "decode_step_us_graphs_off"})
-    if (profile.contains(key))
-      std::fprintf(stderr, "%-44s %12s %12.2f\n",
-                   std::strcmp(key, "decode_step_us") == 0 ? "decode step as timed (1 / steps/s)"
-                                                           : "decode step with graphs off",
-                   "", profile[key].get<double>());
+  std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", total * 1e6 / double(passes), 100.0);
+  return {{"steps", passes}, {"clock", clock}, {"ops", rows}, {"total_us_per_step", total * 1e6 / double(passes)}};
 }
 
 void run(const BenchFlags& flags) {
@@ -195,28 +202,25 @@ void run(const BenchFlags& flags) {
   report["decode_fraction_of_copy"] = achieved_gbs / copy_gbs;
 
   if (profile) {
+    const bool cuda = flags.device.device == "cuda";
     backend->take_profile();  // drop what earlier steps gathered (MOET_CUDA_PROFILE profiles from the start)
     backend->set_profiling(true);
     pass(false, false);
     backend->set_profiling(false);
-    const std::vector<OpProfile> ops = backend->take_profile();
-    double total = 0.0;
-    for (const OpProfile& op : ops) total += op.seconds;
-    nlohmann::json rows = nlohmann::json::array();
-    for (const OpProfile& op : ops)
-      rows.push_back({{"op", op.op},
-                      {"calls_per_step", double(op.calls) / double(steps)},
-                      {"us_per_step", op.seconds * 1e6 / double(steps)},
-                      {"share", total > 0.0 ? op.seconds / total : 0.0}});
-    nlohmann::json p = {{"steps", steps},
-                        {"clock", flags.device.device == "cuda" ? "GPU time between CUDA events, each op gated"
-                                                                 : "host wall time per op"},
-                        {"ops", rows},
-                        {"total_us_per_step", total * 1e6 / double(steps)},
-                        {"decode_step_us", 1e6 / steps_per_s}};
+    nlohmann::json p = profile_report(*backend, "decode", steps, cuda);
+    p["decode_step_us"] = 1e6 / steps_per_s;
     if (graphs) p["decode_step_us_graphs_off"] = 1e6 / eager_steps_per_s;
-    write_profile_table(p);
+    std::fprintf(stderr, "decode step as timed (1 / steps/s): %.2f us\n", p["decode_step_us"].get<double>());
     report["profile"] = p;
+    // Sequence 0's prompt prefilled again (it rewrites the same KV slots with the same values).
+    backend->set_profiling(true);
+    const auto prefill_start = std::chrono::steady_clock::now();
+    sequences.prefill(*model, 0, tokens[0], 0, prompt_len);
+    const double prefill_profiled_seconds = seconds_since(prefill_start);
+    backend->set_profiling(false);
+    nlohmann::json pp = profile_report(*backend, fmt::format("prefill of {} tokens", prompt_len), 1, cuda);
+    pp["prefill_us_profiled"] = prefill_profiled_seconds * 1e6;
+    report["prefill_profile"] = pp;
   }
   std::printf("%s\n", report.dump(2).c_str());
   if (!flags.json_out.empty()) {

@@ -22,6 +22,7 @@ CARRY=$PWD/.gpu-carry
 [ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
 [ -x "$CARRY/moet_base" ] || { echo "no .gpu-carry/moet_base: pack with BASE=REV" >&2; exit 1; }
 export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source tools/gpu/cuda_libs.sh
 export MOET_LOG_LEVEL=warn
 
 for round in $(seq 1 "$ROUNDS"); do

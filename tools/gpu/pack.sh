@@ -21,10 +21,11 @@ rm -rf .gpu-carry && mkdir -p .gpu-carry/lib
 BINARIES="$B/moet $B/tests/cpp/cuda/moet_cuda_tests $B/bench/cuda_moe_bench $B/bench/cuda_norm_bench $B/bench/cuda_ops_bench"
 cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_*_bench
 # Every non-glibc/non-libstdc++ library the binaries load (the GPU image lacks PCRE2, utf8proc,
-# xxhash, liburing; copying the rest too keeps the versions the binaries were linked against).
+# xxhash, liburing; copying the rest too keeps the versions the binaries were linked against),
+# except cuBLAS: too large to carry, and the GPU machine has CUDA 13's (tools/gpu/cuda_libs.sh).
 for bin in $BINARIES; do
   ldd "$bin" | awk '/=> \// {print $3}'
-done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" .gpu-carry/lib/; done
 # The kernel tracer (tools/gpu/kernel_trace.cpp) and the CUPTI it was linked against, when the
 # toolkit has CUPTI.

@@ -16,6 +16,7 @@ mkdir -p "$OUT_DIR"
 CARRY=$PWD/.gpu-carry
 [ -f .gpu-pack/carry.tar.xz ] && tar xJf .gpu-pack/carry.tar.xz
 export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source tools/gpu/cuda_libs.sh
 export MOET_LOG_LEVEL=warn
 MOET=$CARRY/moet
 status=0

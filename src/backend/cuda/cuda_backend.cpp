@@ -46,6 +46,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for
   const char* sync = std::getenv("MOET_CUDA_SYNC");
   debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
   graphs_enabled_ = options.graphs;
+  gemm_min_rows_ = options.gemm_min_rows;
+  if (const char* rows = std::getenv("MOET_CUDA_GEMM_MIN_ROWS")) gemm_min_rows_ = std::max(0, std::atoi(rows));
   if (const char* max = std::getenv("MOET_CUDA_GRAPHS_MAX")) max_graphs_ = std::max(1, std::atoi(max));
   memory_.set_pressure_handler([this] { clear_graphs(); });
   const char* profile = std::getenv("MOET_CUDA_PROFILE");

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dense_gemm.h"
 #include "backend/cuda/device_memory.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemv.h"
@@ -113,6 +114,10 @@ class CudaBackend final : public Backend {
                                                                const Tensor& q_norm, const Tensor& k_norm);
   static bool is_bf16(const Tensor& t);
   static cuda::GemvArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
+  bool takes_gemm(const cuda::GemvArgs& a, int part);
+  bool gemm_ready();
+  Tensor split_activations(const Tensor& x);
+  void gemm_part(const Tensor& pieces, const cuda::GemvArgs& a, int part);
 
   void check_launch(const char* op) {
     check_launch(op, [op] { return std::string(op); });
@@ -206,6 +211,12 @@ class CudaBackend final : public Backend {
   Tensor attention_counters_;  // zeros between attention launches (attention.h)
   bool debug_sync_ = false;
   std::string name_;
+
+  // Many-row BF16 products on the tensor cores (gemm_ready()); 0 rows: never.
+  static constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+  int64_t gemm_min_rows_ = 0;
+  Tensor gemm_workspace_;
+  std::unique_ptr<DenseGemm> gemm_;
 
   // CUDA graphs (run_graph), keyed by the caller's key + the step layout.
   bool graphs_enabled_ = true, capturing_ = false;

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
@@ -62,10 +63,52 @@ cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const 
   return a;
 }
 
+// Whether a product runs on the tensor cores (dense_gemm.h): at least gemm_min_rows_ rows of BF16
+// weights that cuBLASLt takes. Fewer rows, F32 weights and the rest run on the GEMV (gemv.h).
+bool CudaBackend::takes_gemm(const GemvArgs& a, int part) {
+  const GemvPart& p = a.parts[part];
+  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && a.w_bf16 && a.x_row_stride == a.k &&
+         DenseGemm::supports(p.w, p.bias, p.y, a.k) && gemm_ready();
+}
+
+// The DenseGemm, made on first use (its workspace under the memory budget; never inside a graph
+// capture: begin_step() makes it before a step of that many rows is captured). When the budget
+// has no room for it, products stay on the GEMV.
+bool CudaBackend::gemm_ready() {
+  if (gemm_ || gemm_min_rows_ <= 0) return bool(gemm_);
+  MOET_CHECK(!capturing_, "the tensor-core GEMM was not prepared before this graph capture");
+  try {
+    gemm_workspace_ = device_tensor(DType::u8, {int64_t(kGemmWorkspaceBytes)});
+  } catch (const Error& e) {
+    MOET_LOG_WARN("no memory for the tensor-core GEMM's workspace ({}); products run on the GEMV", e.what());
+    gemm_min_rows_ = 0;
+    return false;
+  }
+  gemm_ = std::make_unique<DenseGemm>(gemm_workspace_.data, kGemmWorkspaceBytes);
+  return true;
+}
+
+// The activations as the GEMM takes them: [2, rows, k] BF16, the hi pieces then the lo pieces.
+Tensor CudaBackend::split_activations(const Tensor& x) {
+  Tensor pieces = alloc({2, x.rows(), x.cols()}, DType::bf16);
+  split_bf16_launch(x.as<float>(), x.numel(), pieces.as<uint16_t>(), pieces.as<uint16_t>() + x.numel(), stream_);
+  return pieces;
+}
+
+void CudaBackend::gemm_part(const Tensor& pieces, const GemvArgs& a, int part) {
+  const GemvPart& p = a.parts[part];
+  gemm_->run(static_cast<const uint16_t*>(p.w), pieces.as<uint16_t>(), p.bias, p.y, a.rows, p.n, a.k, stream_);
+}
+
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const GemvArgs a = matmul_args(x, w, bias, y);
-  gemv_launch(a, stream_);
-  check_launch("matmul", [&] { return fmt::format("matmul[n={},k={}]", a.parts[0].n, a.k); });
+  const bool gemm = takes_gemm(a, 0);
+  if (gemm) {
+    gemm_part(split_activations(x), a, 0);
+  } else {
+    gemv_launch(a, stream_);
+  }
+  check_launch("matmul", [&] { return fmt::format("{}[n={},k={}]", gemm ? "gemm" : "matmul", a.parts[0].n, a.k); });
 }
 
 void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> parts) {
@@ -80,11 +123,18 @@ void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> part
   GemvArgs a = matmul_args(x, *parts.front().w, parts.front().bias, *parts.front().y);
   for (size_t i = 1; i < parts.size(); ++i) a.parts[i] = matmul_args(x, *parts[i].w, parts[i].bias, *parts[i].y).parts[0];
   a.part_count = int(parts.size());
-  gemv_launch(a, stream_);
+  bool gemm = true;
+  for (int i = 0; i < a.part_count; ++i) gemm = gemm && takes_gemm(a, i);
+  if (gemm) {  // the activations split once for every part
+    const Tensor pieces = split_activations(x);
+    for (int i = 0; i < a.part_count; ++i) gemm_part(pieces, a, i);
+  } else {
+    gemv_launch(a, stream_);
+  }
   check_launch("matmul_group", [&] {  // the label is built only when profiling asks for it
     std::string ns = std::to_string(a.parts[0].n);
     for (int i = 1; i < a.part_count; ++i) ns += "+" + std::to_string(a.parts[i].n);
-    return fmt::format("matmul_group[n={},k={}]", ns, a.k);
+    return fmt::format("{}[n={},k={}]", gemm ? "gemm_group" : "matmul_group", ns, a.k);
   });
 }
 

@@ -54,6 +54,7 @@ void CudaBackend::begin_step(const StepInputs& step) {
   int64_t stride = 1;
   while (stride < max_blocks) stride *= 2;
   step_ = step;
+  if (gemm_min_rows_ > 0 && step.rows >= gemm_min_rows_) gemm_ready();  // before any capture of the step
   table_stride_ = stride;
   slots_offset_ = (size_t(3 * step.rows) * sizeof(int32_t) + 7) / 8 * 8;
   tables_offset_ = slots_offset_ + size_t(step.rows) * sizeof(int64_t);

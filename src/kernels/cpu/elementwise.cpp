@@ -1,4 +1,4 @@
-// Embedding, RMSNorm, SiLU-and-mul and residual add (see elementwise.h).
+// Embedding, RMSNorm, SiLU-and-mul, residual add and the BF16 split (see elementwise.h).
 #include "kernels/cpu/elementwise.h"
 
 #include "core/dtype.h"
@@ -41,6 +41,13 @@ void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out) {
 
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void split_bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = 0; i < n; ++i) {
+    hi[i] = float_to_bf16(x[i]);
+    lo[i] = float_to_bf16(x[i] - bf16_to_float(hi[i]));
+  }
 }
 
 }  // namespace moet

@@ -1,5 +1,6 @@
 // Row-wise and element-wise kernels on FP32 activations: embedding lookup, RMSNorm, SiLU-and-mul,
-// residual add. All are pure functions of their inputs; rows are independent and run in parallel.
+// residual add, BF16 split. All are pure functions of their inputs; rows are independent and run
+// in parallel.
 #pragma once
 
 #include "core/thread_pool.h"
@@ -18,5 +19,8 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const fl
 void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
+// x[i] as two BF16 pieces: hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (round to nearest even;
+// hi + lo keeps 16 significand bits of x, the tensor-core GEMM's activations: dense_gemm.h).
+void split_bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo);
 
 }  // namespace moet
