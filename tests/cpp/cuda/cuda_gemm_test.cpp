@@ -38,8 +38,9 @@ TEST(CudaGemm, SplitMatchesCpu) {
   ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
   const auto gpu = host<uint16_t>(*p.gpu, pieces);
   EXPECT_EQ(0, std::memcmp(gpu.data(), hi.data(), hi.size() * 2));
-  for (int64_t i = 0; i < n; ++i)  // lo of an infinity or NaN is a NaN whose bits the hardware picks
+  for (int64_t i = 0; i < n; ++i) {  // lo of an infinity or NaN is a NaN whose bits the hardware picks
     if (std::isfinite(x[size_t(i)])) EXPECT_EQ(lo[size_t(i)], gpu[size_t(n + i)]) << "lo of x[" << i << "]";
+  }
 }
 
 // Runs one product (or a group of them) as a profiled step and returns the names of the ops it
