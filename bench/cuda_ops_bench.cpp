@@ -4,7 +4,7 @@
 // q+K+V as one matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
 // KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
 // 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; prefill-sized products (16 to
-// 2048 rows) on the tensor cores next to the GEMV. Each op is captured kCalls
+// 2048 rows) on the tensor cores next to the GEMV; the attention of a 2048-token prefill. Each op is captured kCalls
 // times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per call
 // is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches rotate
 // over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2. Bytes
@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,13 +57,15 @@ struct Bench {
     return row;
   }
 
-  // A step of `rows` rows (sequence t at position positions[t], blocks of 16), for run_graph.
-  void begin_step(const std::vector<int32_t>& positions, const std::vector<std::vector<int32_t>>& tables) {
+  // A step of `rows` rows (row t of sequence t at position positions[t], or of sequence 0 with
+  // `one_sequence`; blocks of 16), for run_graph.
+  void begin_step(const std::vector<int32_t>& positions, const std::vector<std::vector<int32_t>>& tables,
+                  bool one_sequence = false) {
     const int64_t rows = int64_t(positions.size());
     std::vector<int32_t> tokens(static_cast<size_t>(rows), 0), row_seq(static_cast<size_t>(rows), 0);
     std::vector<int64_t> slots(size_t(rows), 0);
     std::vector<const int32_t*> table_ptrs;
-    for (int64_t t = 0; t < rows; ++t) row_seq[size_t(t)] = int32_t(t);
+    for (int64_t t = 0; t < rows && !one_sequence; ++t) row_seq[size_t(t)] = int32_t(t);
     for (const auto& table : tables) table_ptrs.push_back(table.data());
     backend.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), int64_t(tables.size()),
                         table_ptrs.data(), 16});
@@ -186,6 +189,28 @@ nlohmann::json bench_attention(Bench& b, int64_t context) {
           {"results", rows_out}};
 }
 
+// The attention of a prefill: `tokens` rows of one sequence at positions 0..tokens-1 (each row
+// attends its causal prefix), q_heads / 4 KV heads of 128; TFLOP/s counting the score and output
+// products (4 * head_dim FLOPs per query head and key attended).
+nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens) {
+  const int64_t kv_heads = 4, dim = 128, block_size = 16, blocks = (tokens + block_size - 1) / block_size;
+  KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, kv_heads, dim, dim, false);
+  std::vector<int32_t> positions(static_cast<size_t>(tokens)), table(static_cast<size_t>(blocks));
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(table.begin(), table.end(), 0);
+  b.begin_step(positions, {table}, true);
+  const Tensor q = b.filled({tokens, q_heads, dim}, 0.01f);
+  Tensor out = b.backend.alloc({tokens, q_heads, dim});
+  const float scale = 1.0f / std::sqrt(float(dim));
+  const double s = b.seconds_per_call(out, [&](int) { b.backend.attention(cache, q, q_heads, dim, scale, out); });
+  const double flops = 4.0 * double(dim * q_heads) * double(tokens) * double(tokens + 1) / 2.0;
+  std::printf("%-34s tokens %ld  %8.2f us  %6.2f TFLOP/s\n",
+              ("prefill attention " + std::to_string(q_heads) + "/4 x 128").c_str(), long(tokens), s * 1e6,
+              flops / s / 1e12);
+  return {{"op", "prefill_attention"}, {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", dim},
+          {"tokens", tokens}, {"us", s * 1e6}, {"tflops", flops / s / 1e12}};
+}
+
 nlohmann::json bench_router(Bench& b, const char* name, RouterParams params) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -250,6 +275,9 @@ int main(int argc, char** argv) {
   gemm(512, 4096, "k_proj");
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
+  for (int64_t q_heads : {32, 64})
+    run("prefill attention " + std::to_string(q_heads),
+        [&] { return moet::bench_prefill_attention(bench, q_heads, 2048); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});

@@ -520,6 +520,62 @@ TEST(CudaOps, AttentionRowDoesNotDependOnTheStep) {
   EXPECT_EQ(0, std::memcmp(both.data() + heads * dim, alone.data(), alone.size() * sizeof(float)));
 }
 
+// A prefill step (every row fused) gives every row the bits it gets attended alone in a one-row
+// step (split by leaf or by segment). Three sequences of 300 (two segments), 13 and 1 rows; the
+// rows are also checked against the CPU.
+void check_prefill_rows(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
+  BackendPair p;
+  const int64_t block_size = 16, blocks = 24;
+  const std::vector<int64_t> lengths = {300, 13, 1};
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  std::vector<std::vector<int32_t>> tables(lengths.size());
+  int32_t next_block = int32_t(blocks) - 1;  // backwards: physical order differs from logical
+  for (size_t s = 0; s < lengths.size(); ++s)
+    for (int64_t b = 0; b < (lengths[s] + block_size - 1) / block_size; ++b) tables[s].push_back(next_block--);
+  const int32_t* table_ptrs[] = {tables[0].data(), tables[1].data(), tables[2].data()};
+  std::vector<int32_t> positions, row_seq;
+  std::vector<int64_t> slots;
+  for (size_t s = 0; s < lengths.size(); ++s)
+    for (int64_t pos = 0; pos < lengths[s]; ++pos) {
+      positions.push_back(int32_t(pos));
+      row_seq.push_back(int32_t(s));
+      slots.push_back(int64_t(tables[s][size_t(pos / block_size)]) * block_size + pos % block_size);
+    }
+  const int64_t rows = int64_t(positions.size()), kv_row = kv_heads * k_dim, v_row = kv_heads * v_dim;
+  const std::vector<int32_t> tokens(size_t(rows), 0);
+  p.begin_step({rows, tokens.data(), positions.data(), row_seq.data(), slots.data(), 3, table_ptrs, block_size});
+  auto k = p.activation(random_floats(size_t(rows * kv_row), 90), {rows, kv_row});
+  auto v = p.activation(random_floats(size_t(rows * v_row), 91), {rows, v_row});
+  p.cpu->kv_write(cpu_cache, k.first, mla ? nullptr : &v.first);
+  p.gpu->kv_write(gpu_cache, k.second, mla ? nullptr : &v.second);
+  const auto qf = random_floats(size_t(rows * q_heads * k_dim), 92);
+  auto q = p.activation(qf, {rows, q_heads, k_dim});
+  auto out = p.alloc({rows, q_heads, v_dim});
+  const float scale = 1.0f / std::sqrt(float(k_dim));
+  p.cpu->attention(cpu_cache, q.first, q_heads, k_dim, scale, out.first);
+  p.gpu->attention(gpu_cache, q.second, q_heads, k_dim, scale, out.second);
+  EXPECT_LT(max_rel_diff(p, out), kTol);
+  const auto all = host(*p.gpu, out.second);
+  const int64_t q_row = q_heads * k_dim, out_row = q_heads * v_dim;
+  for (int64_t t : {0, 7, 8, 100, 255, 256, 295, 299, 300, 303, 312, 313}) {
+    const int32_t* alone_table[] = {table_ptrs[row_seq[size_t(t)]]};
+    p.gpu->begin_step({1, tokens.data(), &positions[size_t(t)], &row_seq[0], &slots[size_t(t)], 1, alone_table, block_size});
+    Tensor q1 = p.activation({qf.begin() + t * q_row, qf.begin() + (t + 1) * q_row}, {1, q_heads, k_dim}).second;
+    Tensor out1 = p.gpu->alloc({1, q_heads, v_dim});
+    p.gpu->attention(gpu_cache, q1, q_heads, k_dim, scale, out1);
+    const auto alone = host(*p.gpu, out1);
+    EXPECT_EQ(0, std::memcmp(all.data() + t * out_row, alone.data(), alone.size() * sizeof(float))) << "row " << t;
+  }
+}
+
+TEST(CudaOps, PrefillAttentionRowsMatchRowsAlone) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_prefill_rows(8, 2, 128, 128, false);   // Qwen3's head dim, 4 query heads per KV head
+  check_prefill_rows(6, 3, 38, 38, false);     // a head dim not a multiple of 4: padding, 2 heads per block
+  check_prefill_rows(16, 1, 576, 512, true);   // DeepSeek-V3's latent cache row
+}
+
 void check_router(RouterParams params, const std::vector<float>& logits, int64_t rows, const std::vector<float>& bias) {
   BackendPair p;
   auto l = p.activation(logits, {rows, params.experts});
