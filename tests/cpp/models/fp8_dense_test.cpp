@@ -170,16 +170,16 @@ void write_decoded_copy(const Checkpoint& checkpoint, const std::filesystem::pat
   write_checkpoint(dir, config, tensors);
 }
 
-struct Run {
+struct Loaded {
   GenerateResult result;
   LoadStats stats;
 };
 
-Run run(const Checkpoint& checkpoint, const std::vector<int32_t>& prompt) {
+Loaded run(const Checkpoint& checkpoint, const std::vector<int32_t>& prompt) {
   auto backend = cpu_backend_create(2);
   ModelLoadOptions options;
   options.experts = ExpertMode::native;
-  Run out;
+  Loaded out;
   auto model = model_load(checkpoint, *backend, &out.stats, options);
   GenerateOptions generate_options;
   generate_options.max_tokens = 4;
@@ -193,7 +193,7 @@ TEST(Fp8Dense, FixtureLogitsAreThoseOfTheF32Decode) {
   write_decoded_copy(fp8, dir.path());
   const Checkpoint decoded = Checkpoint::open(dir.path());
   const auto prompt = json_read_file(kFixture / "golden.json")["prompt_ids"].get<std::vector<int32_t>>();
-  const Run kept = run(fp8, prompt), before = run(decoded, prompt);
+  const Loaded kept = run(fp8, prompt), before = run(decoded, prompt);
   EXPECT_TRUE(same_bits(kept.result.prompt_logits, before.result.prompt_logits));
   EXPECT_EQ(kept.result.output_ids, before.result.output_ids);
   // Kept as FP8: the attention projections but kv_b_proj (head_matmul) and the down projections
