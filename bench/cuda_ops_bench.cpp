@@ -1,20 +1,25 @@
-// GPU microbenchmark of the dense decode ops through the CUDA backend, next to the device copy
-// bandwidth measured in the same run: the BF16 GEMV at Qwen3-235B's decode shapes (q / o
-// projections 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096; K+V and
-// q+K+V as one matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128,
-// KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the router (Qwen3: softmax top-8 of
-// 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; prefill-sized products (16 to
-// 2048 rows) on the tensor cores next to the GEMV; the attention of a 2048-token prefill. Each op is captured kCalls
-// times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per call
-// is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches rotate
-// over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2. Bytes
-// counted: the weights (GEMV); the K/V rows, once per KV head (attention). Prints a table and
-// writes JSON (argument 1, optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose
-// label ("q_proj", "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as
-// Nsight Compute can be pointed at the first launches of one op.
+// GPU microbenchmark of the dense ops through the CUDA backend, next to the device copy bandwidth
+// measured in the same run: the BF16 GEMV at Qwen3-235B's decode shapes (q / o projections
+// 8192 x 4096 and 4096 x 8192, K / V 512 x 4096, router gate 128 x 4096; K+V and q+K+V as one
+// matmul_group launch) and an LM head (151936 x 4096) at batch 1, 4, 8; prefill-sized BF16
+// products (16 to 2048 rows) on the tensor cores next to the GEMV; the FP8-block GEMV (e4m3
+// codes, 128x128 F32 block scales) at DeepSeek-V3's dense shapes (q_a 1536 x 7168, q_b 24576 x
+// 1536, kv_a 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048;
+// labels "fp8 ...") at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128, KV
+// blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and the attention of a 2048-token
+// prefill; the router (Qwen3: softmax top-8 of 128; DeepSeek-V3: sigmoid, grouped top-8 of 256)
+// at batch 1 and 8. Each op is captured kCalls times into one CUDA graph (run_graph) and the
+// graph replayed kReplays times, so the time per call is what a decode step with graphs pays:
+// kernel plus launch gap. Weights and KV caches rotate over copies of at least 256 MB in all (at
+// most 64), so calls do not hit the 50 MB L2. Bytes counted: the weights (GEMV; FP8: codes and
+// scales); the K/V rows, once per KV head (attention). Prints a table and writes JSON (argument
+// 1, optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose label ("q_proj",
+// "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as Nsight Compute
+// can be pointed at the first launches of one op.
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
+#include "formats/minifloat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -81,31 +86,53 @@ struct Bench {
 
 int64_t copies_for(double bytes) { return std::clamp<int64_t>(int64_t(std::ceil(kRotateBytes / bytes)), 1, 64); }
 
-// y = x @ w^T with BF16 weights [n, k] per call, or with `group` more products of other heights
-// of the same x (Backend::matmul_group, GQA's q, k and v in one launch), counting every matrix's
-// bytes.
-// `copies` copies of a BF16 weight [n, k] of N(0, 0.02) values, to rotate over.
-std::vector<Tensor> bf16_weights(Backend& backend, int64_t n, int64_t k, int64_t copies) {
+// Copies of one weight [n, k] in backend memory: BF16 N(0, 0.02) values, or FP8-block codes of
+// such values over scales of 0.02 / 64 (e4m3 of each BF16 pattern value, through a table).
+std::vector<Tensor> bench_weights(Backend& backend, bool fp8, int64_t n, int64_t k, int64_t copies) {
+  constexpr float kScale = 0.02f / 64.0f;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> pattern(size_t(1) << 20);
   for (auto& v : pattern) v = float_to_bf16(normal(rng));
   std::vector<uint16_t> host(size_t(n * k));
   for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[i % pattern.size()];
-  std::vector<Tensor> weights;
-  for (int64_t c = 0; c < copies; ++c)
-    weights.push_back(
-        backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()), host.size() * 2, "bench"}));
-  return weights;
+  const std::vector<int64_t> scale_shape = fp8_block_scale_shape(n, k);
+  const std::vector<float> scales(size_t(scale_shape[0] * scale_shape[1]), kScale);
+  std::vector<uint8_t> codes;
+  if (fp8) {
+    std::vector<uint8_t> table(size_t(1) << 16);
+    for (size_t bits = 0; bits < table.size(); ++bits) table[bits] = e4m3_from_double(bf16_to_float(uint16_t(bits)) / kScale);
+    for (uint16_t v : host) codes.push_back(table[v]);
+  }
+  std::vector<Tensor> out;
+  for (int64_t c = 0; c < copies; ++c) {
+    if (!fp8) {
+      out.push_back(backend.upload({"w", DType::bf16, {n, k}, reinterpret_cast<const uint8_t*>(host.data()),
+                                    host.size() * 2, "bench"}));
+      continue;
+    }
+    Tensor code_plane = backend.upload({"w", DType::u8, {n, k}, codes.data(), codes.size(), "bench"});
+    Tensor scale_plane = backend.upload({"s", DType::f32, scale_shape, reinterpret_cast<const uint8_t*>(scales.data()),
+                                         scales.size() * sizeof(float), "bench"});
+    out.push_back(fp8_block_weight(code_plane, scale_plane, "bench"));
+  }
+  return out;
 }
 
-nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
+// y = x @ w^T with BF16 (or FP8-block) weights [n, k] per call, or with `group` more products of
+// other heights of the same x (Backend::matmul_group, GQA's q, k and v in one launch), counting
+// every matrix's bytes.
+nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {},
+                          bool fp8 = false) {
   std::vector<int64_t> heights = {n};
   heights.insert(heights.end(), group.begin(), group.end());
   double bytes = 0.0;
-  for (int64_t h : heights) bytes += double(h * k * 2);
+  for (int64_t h : heights) {
+    const std::vector<int64_t> scales = fp8_block_scale_shape(h, k);
+    bytes += fp8 ? double(h * k + scales[0] * scales[1] * 4) : double(h * k * 2);
+  }
   std::vector<std::vector<Tensor>> weights;  // per part, rotating copies
-  for (int64_t h : heights) weights.push_back(bf16_weights(b.backend, h, k, copies_for(bytes)));
+  for (int64_t h : heights) weights.push_back(bench_weights(b.backend, fp8, h, k, copies_for(bytes)));
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 4, 8}) {
@@ -122,12 +149,13 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, cons
         b.backend.matmul_group(x, parts);
       }
     });
-    std::string what = std::string(group.empty() ? "matmul " : "matmul_group ") + name + " " + std::to_string(n);
+    std::string what = std::string(group.empty() ? "matmul " : "matmul_group ") + (fp8 ? "fp8 " : "") + name + " " +
+                       std::to_string(n);
     for (int64_t h : group) what += "+" + std::to_string(h);
     rows_out.push_back(b.report(what + "x" + std::to_string(k), rows, s, bytes));
   }
-  return {{"op", group.empty() ? "matmul_bf16" : "matmul_group_bf16"}, {"name", name}, {"n", heights}, {"k", k},
-          {"results", rows_out}};
+  const std::string op = std::string(group.empty() ? "matmul_" : "matmul_group_") + (fp8 ? "fp8_block" : "bf16");
+  return {{"op", op}, {"name", name}, {"n", heights}, {"k", k}, {"results", rows_out}};
 }
 
 // Prefill-sized products y = x @ w^T (BF16 weights [n, k]) on the tensor cores (the backend's GEMM
@@ -137,8 +165,8 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, cons
 nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, const char* name) {
   const double bytes = double(n * k * 2);
   nlohmann::json rows_out = nlohmann::json::array();
-  std::vector<Tensor> weights[2] = {bf16_weights(b.backend, n, k, copies_for(bytes)),
-                                    bf16_weights(gemv_only.backend, n, k, copies_for(bytes))};
+  std::vector<Tensor> weights[2] = {bench_weights(b.backend, false, n, k, copies_for(bytes)),
+                                    bench_weights(gemv_only.backend, false, n, k, copies_for(bytes))};
   for (int64_t rows : {16, 64, 256, 2048}) {
     double seconds[2];
     Bench* sides[2] = {&b, &gemv_only};
@@ -273,6 +301,15 @@ int main(int argc, char** argv) {
   gemm(8192, 4096, "q_proj");
   gemm(4096, 8192, "o_proj");
   gemm(512, 4096, "k_proj");
+  const auto gemv_fp8 = [&](int64_t n, int64_t k, const char* name) {
+    run(std::string("fp8 ") + name, [&] { return moet::bench_gemv(bench, n, k, name, {}, true); });
+  };
+  gemv_fp8(1536, 7168, "q_a_proj");
+  gemv_fp8(24576, 1536, "q_b_proj");
+  gemv_fp8(576, 7168, "kv_a_proj");
+  gemv_fp8(7168, 16384, "o_proj");
+  gemv_fp8(4096, 7168, "shared gate_up");
+  gemv_fp8(7168, 2048, "shared down");
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
   for (int64_t q_heads : {32, 64})

@@ -2,7 +2,8 @@
 // (weights are uploaded once at load, activations allocated per step) and implements every op
 // of the supported architectures; kernels/ hold the pure compute it calls. The CPU backend is
 // backend/cpu; the CUDA backend (backend/cuda) implements the same ops. Activations are FP32;
-// weights keep their checkpoint dtype where the op supports it (BF16, F32).
+// weights keep their checkpoint dtype where the op supports it (BF16, F32; FP8-block weights,
+// tensor.h, for matmul and matmul_group).
 // A forward begins with begin_step(), which hands the backend the per-row inputs (token ids,
 // positions, KV slots, block tables) once; embedding, rope, kv_write and attention read them
 // from there, so a GPU backend uploads them in one copy per step and a captured graph reads
@@ -133,6 +134,25 @@ inline void check_read_regions(const std::vector<ByteRegion>& regions, const Ten
                "read_regions: regions must be 16-byte aligned multiples of 16 bytes ({} bytes)", r.bytes);
 }
 
+// The shape of the F32 block scales of an FP8-block weight [n, k].
+inline std::vector<int64_t> fp8_block_scale_shape(int64_t n, int64_t k) {
+  return {(n + kFp8Block - 1) / kFp8Block, (k + kFp8Block - 1) / kFp8Block};
+}
+
+// Makes `codes`, a U8 plane [n, k] of e4m3 codes in backend memory, an FP8-block weight whose
+// block_scales are `scales` (F32 [ceil(n/128), ceil(k/128)] in the same backend's memory).
+inline Tensor fp8_block_weight(Tensor codes, Tensor scales, const std::string& name) {
+  MOET_CHECK(codes.dtype == DType::u8 && codes.shape.size() == 2, "FP8-block weight '{}': codes must be a U8 plane [n, k]",
+             name);
+  const std::vector<int64_t> shape = fp8_block_scale_shape(codes.dim(0), codes.dim(1));
+  MOET_CHECK(scales.dtype == DType::f32 && scales.shape == shape,
+             "FP8-block weight '{}' [{}, {}]: block scales must be F32 [{}, {}]", name, codes.dim(0), codes.dim(1),
+             shape[0], shape[1]);
+  codes.dtype = DType::f8_e4m3;
+  codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
+  return codes;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -141,7 +161,8 @@ class Backend {
   // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is,
   // and U8 planes (quantized expert codes and scales) are copied byte for byte.
   virtual Tensor upload(const TensorInfo& info) = 0;
-  // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor.
+  // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor (BF16, F32 and U8
+  // byte planes as they are, other dtypes as F32).
   virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
   // Uploads a small tensor as F32 whatever its stored dtype (norm weights, biases).
   virtual Tensor upload_f32(const TensorInfo& info) = 0;
@@ -169,7 +190,7 @@ class Backend {
   // The decoder's residual step: residual += delta, then out = rmsnorm(residual) per row (same
   // result as add() then rmsnorm(); out must not alias residual or delta).
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) = 0;
-  // y = x @ w^T (+ bias); w is [n, k] in BF16 or F32.
+  // y = x @ w^T (+ bias); w is [n, k] in BF16, F32 or FP8-block (F8_E4M3 with block_scales).
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   // Products of one input: parts[i].y = x @ parts[i].w^T (+ parts[i].bias). The same results as
   // one matmul() per part, which this default makes; the CUDA backend runs up to 4 parts of one

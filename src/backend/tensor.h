@@ -1,5 +1,8 @@
 // A tensor handle: dtype, shape and a pointer into storage owned by the backend that made it.
 // Row-major and contiguous; a 2-D view [rows, cols] is what most ops take. Copies share storage.
+// An F8_E4M3 weight [n, k] (FP8-block, the DeepSeek-V3 checkpoint format) carries its F32 block
+// scales [ceil(n/128), ceil(k/128)] in block_scales: element (i, j) is
+// fp8_e4m3_to_float(code) * scales[i / 128][j / 128], exactly. Only matmul/matmul_group take it.
 #pragma once
 
 #include "core/dtype.h"
@@ -11,11 +14,14 @@
 
 namespace moet {
 
+constexpr int64_t kFp8Block = 128;  // rows and columns of one FP8-block scale
+
 struct Tensor {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
   std::shared_ptr<void> storage;  // keeps the memory alive
   void* data = nullptr;
+  std::shared_ptr<const Tensor> block_scales;  // FP8-block weights only (see above)
 
   int64_t numel() const {
     int64_t n = 1;

@@ -18,10 +18,10 @@ class GqaAttention final : public AttentionBlock {
         scale_(float(1.0 / std::sqrt(double(c.head_dim)))), eps_(float(c.rms_norm_eps)),
         rope_(rope_table_build(c.rope)) {
     const int64_t hidden = c.hidden_size;
-    q_ = loader.weight(p + "q_proj.weight", {heads_ * head_dim_, hidden});
-    k_ = loader.weight(p + "k_proj.weight", {kv_heads_ * head_dim_, hidden});
-    v_ = loader.weight(p + "v_proj.weight", {kv_heads_ * head_dim_, hidden});
-    o_ = loader.weight(p + "o_proj.weight", {hidden, heads_ * head_dim_});
+    q_ = loader.matmul_weight(p + "q_proj.weight", {heads_ * head_dim_, hidden});
+    k_ = loader.matmul_weight(p + "k_proj.weight", {kv_heads_ * head_dim_, hidden});
+    v_ = loader.matmul_weight(p + "v_proj.weight", {kv_heads_ * head_dim_, hidden});
+    o_ = loader.matmul_weight(p + "o_proj.weight", {hidden, heads_ * head_dim_});
     if (c.attention_bias) {
       q_bias_ = loader.weight_f32(p + "q_proj.bias", {heads_ * head_dim_});
       k_bias_ = loader.weight_f32(p + "k_proj.bias", {kv_heads_ * head_dim_});

@@ -21,18 +21,19 @@ class MlaAttention final : public AttentionBlock {
         rope_(rope_table_build(c.rope)) {
     const int64_t hidden = c.hidden_size, qk = nope_ + rope_dim_;
     if (c.q_lora_rank > 0) {
-      q_a_ = loader.weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
+      q_a_ = loader.matmul_weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
       if (c.attention_bias) q_a_bias_ = loader.weight_f32(p + "q_a_proj.bias", {c.q_lora_rank});
       q_a_norm_ = loader.weight_f32(p + "q_a_layernorm.weight", {c.q_lora_rank});
-      q_b_ = loader.weight(p + "q_b_proj.weight", {heads_ * qk, c.q_lora_rank});
+      q_b_ = loader.matmul_weight(p + "q_b_proj.weight", {heads_ * qk, c.q_lora_rank});
     } else {
-      q_b_ = loader.weight(p + "q_proj.weight", {heads_ * qk, hidden});
+      q_b_ = loader.matmul_weight(p + "q_proj.weight", {heads_ * qk, hidden});
     }
-    kv_a_ = loader.weight(p + "kv_a_proj_with_mqa.weight", {rank_ + rope_dim_, hidden});
+    kv_a_ = loader.matmul_weight(p + "kv_a_proj_with_mqa.weight", {rank_ + rope_dim_, hidden});
     if (c.attention_bias) kv_a_bias_ = loader.weight_f32(p + "kv_a_proj_with_mqa.bias", {rank_ + rope_dim_});
     kv_a_norm_ = loader.weight_f32(p + "kv_a_layernorm.weight", {rank_});
+    // Split per head for head_matmul, which takes no FP8: an FP8 kv_b_proj is decoded to F32.
     split_kv_b(loader.backend(), loader.info(p + "kv_b_proj.weight", {heads_ * (nope_ + v_dim_), rank_}));
-    o_ = loader.weight(p + "o_proj.weight", {hidden, heads_ * v_dim_});
+    o_ = loader.matmul_weight(p + "o_proj.weight", {hidden, heads_ * v_dim_});
     if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
   }
 

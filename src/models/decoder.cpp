@@ -16,6 +16,7 @@ DecoderModel::DecoderModel(ModelConfig config, Backend& backend)
 
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
+  // The embedding (and an LM head, which may be the same tensor) stays BF16/F32: FP8 ones decode.
   embed_ = loader.weight("model.embed_tokens.weight", {vocab, hidden});
   final_norm_ = loader.weight_f32("model.norm.weight", {hidden});
   if (config_.tie_word_embeddings && !loader.has("lm_head.weight")) {

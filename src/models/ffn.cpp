@@ -12,8 +12,8 @@ class DenseMlp final : public FfnBlock {
  public:
   DenseMlp(WeightLoader& loader, const std::string& p, int64_t hidden, int64_t inner)
       : inner_(inner),
-        gate_up_(loader.stacked(p + "gate_proj.weight", p + "up_proj.weight", {inner, hidden})),
-        down_(loader.weight(p + "down_proj.weight", {hidden, inner})) {}
+        gate_up_(loader.matmul_stacked(p + "gate_proj.weight", p + "up_proj.weight", {inner, hidden})),
+        down_(loader.matmul_weight(p + "down_proj.weight", {hidden, inner})) {}
 
   void forward(Backend& b, const Tensor& x, Tensor& out) override {
     Tensor gate_up = b.alloc({x.rows(), 2 * inner_});

@@ -56,7 +56,10 @@ std::unique_ptr<Model> model_load_random(const nlohmann::json& config_json, Back
   MOET_LOG_INFO("building {} with random weights ({} layers, {} experts top-{}, experts as {}) on {}", config.family,
                 config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok,
                 expert_mode_name(options.experts), backend.name());
-  WeightLoader loader = WeightLoader::random(backend, seed);
+  // DeepSeek-V3-style configs mark their FP8-block checkpoints {"quant_method": "fp8", ...}.
+  const bool fp8_dense = config.quantization_config.is_object() &&
+                         config.quantization_config.value("quant_method", "") == "fp8";
+  WeightLoader loader = WeightLoader::random(backend, seed, fp8_dense);
   loader.set_experts(std::make_unique<ExpertLoader>(nullptr, config, options));
   auto model = decoder_build(arch_for(config.family), config, loader, backend);
   if (stats) *stats = loader.stats();

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "formats/checkpoint_formats.h"
+#include "formats/minifloat.h"
 #include "io/pack_source.h"
 
 #include <fmt/ranges.h>
@@ -14,13 +15,54 @@
 namespace moet {
 namespace {
 
+// The scale of every invented FP8 block: invented values (N(0, 0.02)) become codes of about
+// N(0, 64), well inside e4m3's +-448.
+constexpr float kInventedFp8Scale = 0.02f / 64.0f;
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+void check_shape(const TensorInfo& found, const std::vector<int64_t>& shape) {
+  MOET_CHECK(found.shape == shape, "tensor '{}' in {} has shape {} but the config implies [{}]", found.name,
+             found.file, found.shape_text(), fmt::join(shape, ", "));
+}
+
+// The block scales X.weight_scale_inv of FP8 tensor X.weight [rows, cols], checked: F32 or BF16
+// [ceil(rows / block_rows), ceil(cols / block_cols)].
+const TensorInfo& fp8_scales(const Checkpoint& checkpoint, const std::string& name, int64_t rows, int64_t cols,
+                             int64_t block_rows, int64_t block_cols) {
+  const std::string scale_name = name + "_scale_inv";
+  const TensorInfo* scales = checkpoint.find(scale_name);
+  MOET_CHECK(scales != nullptr, "{}: FP8 tensor '{}' has no block scales '{}'", checkpoint.dir().string(), name,
+             scale_name);
+  const std::vector<int64_t> shape = {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols};
+  MOET_CHECK((scales->dtype == DType::f32 || scales->dtype == DType::bf16) && scales->shape == shape,
+             "tensor '{}' in {} is {} {} but the block scales of FP8 tensor '{}' [{}, {}] must be F32 or BF16 [{}]",
+             scale_name, scales->file, dtype_name(scales->dtype), scales->shape_text(), name, rows, cols,
+             fmt::join(shape, ", "));
+  return *scales;
+}
+
+// Whether the checkpoint's FP8 blocks are 128 x 128 (quantization_config.weight_block_size; the
+// default when absent, as checkpoint_source_view assumes).
+bool fp8_blocks_of_128(const Checkpoint& checkpoint) {
+  const auto& q = checkpoint.config().value("quantization_config", nlohmann::json::object());
+  return !q.contains("weight_block_size") ||
+         q["weight_block_size"] == nlohmann::json::array({kFp8Block, kFp8Block});
+}
+
+// The same tensor as a U8 byte plane (FP8 codes travel to the backend byte for byte).
+TensorInfo as_bytes(TensorInfo info) {
+  info.dtype = DType::u8;
+  return info;
+}
+
 }  // namespace
 
-WeightLoader WeightLoader::random(Backend& backend, uint64_t seed) { return WeightLoader(backend, seed); }
+WeightLoader WeightLoader::random(Backend& backend, uint64_t seed, bool fp8_dense) {
+  return WeightLoader(backend, seed, fp8_dense);
+}
 
 bool WeightLoader::has(const std::string& name) const {
   return checkpoint_ ? checkpoint_->find(name) != nullptr : !ends_with(name, ".bias");
@@ -33,16 +75,22 @@ const TensorInfo& WeightLoader::keep(TensorInfo info, std::unique_ptr<uint8_t[]>
   return invented_.back().first;
 }
 
+const TensorInfo& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
+  return invent_as<uint16_t>(name, shape, DType::bf16, float_to_bf16);
+}
+
 // Each chunk of kInventChunk values draws from its own generator, seeded from the tensor's seed
 // (one draw of rng_ per tensor) and the chunk's index, so the values do not depend on the thread
 // count; one normal draw per 64 values, varied along them, keeps invention fast at full-size
 // shapes (Qwen3-235B: 16 GB of dense weights).
-const TensorInfo& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
+template <typename T, typename Encode>
+const TensorInfo& WeightLoader::invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype,
+                                          Encode encode) {
   constexpr int64_t kInventChunk = int64_t(1) << 16;
   int64_t count = 1;
   for (int64_t d : shape) count *= d;
-  std::unique_ptr<uint8_t[]> bytes(new uint8_t[size_t(count) * 2]);  // every byte written below
-  auto* values = reinterpret_cast<uint16_t*>(bytes.get());
+  std::unique_ptr<uint8_t[]> bytes(new uint8_t[size_t(count) * sizeof(T)]);  // every byte written below
+  auto* values = reinterpret_cast<T*>(bytes.get());
   const bool norm = ends_with(name, "norm.weight");
   const bool bias = ends_with(name, "correction_bias");
   const uint64_t tensor_seed = rng_();
@@ -55,13 +103,13 @@ const TensorInfo& WeightLoader::invent(const std::string& name, const std::vecto
       for (int64_t i = first; i < last; i += 64) {
         const float base = normal(rng);
         for (int64_t j = i; j < std::min(last, i + 64); ++j)
-          values[j] = float_to_bf16(norm   ? 1.0f
-                                    : bias ? 0.0f
-                                           : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
+          values[j] = encode(norm   ? 1.0f
+                             : bias ? 0.0f
+                                    : base * (1.0f + 0.01f * float(j - i)) * ((j & 1) ? -1.0f : 1.0f));
       }
     }
   });
-  return keep(TensorInfo{name, DType::bf16, shape, nullptr, size_t(count) * 2, "(random)"}, std::move(bytes));
+  return keep(TensorInfo{name, dtype, shape, nullptr, size_t(count) * sizeof(T), "(random)"}, std::move(bytes));
 }
 
 bool WeightLoader::is_plain_float(const std::string& name) const {
@@ -82,6 +130,8 @@ const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vect
   MOET_CHECK(shape.size() == 2 && view.rows == shape[0] && view.cols == shape[1],
              "tensor '{}' decodes to [{}, {}] but the config implies [{}]", name, view.rows, view.cols,
              fmt::join(shape, ", "));
+  if (view.format == SourceFormat::fp8_block)
+    fp8_scales(*checkpoint_, name, view.rows, view.cols, view.block_rows, view.block_cols);
   const std::vector<double> values = source_dequant(view);
   std::unique_ptr<uint8_t[]> bytes(new uint8_t[values.size() * sizeof(float)]);
   auto* out = reinterpret_cast<float*>(bytes.get());
@@ -97,16 +147,76 @@ const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<
   MOET_CHECK(found != nullptr, "{}: tensor '{}' is missing from the checkpoint",
              checkpoint_->dir().string(), name);
   if (!is_plain_float(name)) return decoded(name, shape);
-  MOET_CHECK(found->shape == shape, "tensor '{}' in {} has shape {} but the config implies [{}]", name,
-             found->file, found->shape_text(), fmt::join(shape, ", "));
+  check_shape(*found, shape);
   used_.insert(name);
   return *found;
 }
 
+bool WeightLoader::keeps_fp8(const std::string& name) const {
+  if (checkpoint_ == nullptr) return fp8_dense_;
+  const TensorInfo* found = checkpoint_->find(name);
+  return found != nullptr && found->dtype == DType::f8_e4m3 && fp8_blocks_of_128(*checkpoint_);
+}
+
+// Invented codes are e4m3 of the invented values over kInventedFp8Scale (through BF16, a 64 KiB
+// table: fast at full-size shapes).
+WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std::vector<int64_t>& shape) {
+  MOET_CHECK(shape.size() == 2, "FP8-block weight '{}' must be a matrix", name);
+  const std::vector<int64_t> scale_shape = fp8_block_scale_shape(shape[0], shape[1]);
+  std::vector<float> scales(static_cast<size_t>(scale_shape[0] * scale_shape[1]), kInventedFp8Scale);
+  if (checkpoint_ == nullptr) {
+    static const std::vector<uint8_t> table = [] {
+      std::vector<uint8_t> t(size_t(1) << 16);
+      for (size_t bits = 0; bits < t.size(); ++bits) t[bits] = e4m3_from_double(bf16_to_float(uint16_t(bits)));
+      return t;
+    }();
+    const auto encode = [](float v) { return table[float_to_bf16(v / kInventedFp8Scale)]; };
+    return {&invent_as<uint8_t>(name, shape, DType::f8_e4m3, encode), std::move(scales)};
+  }
+  const TensorInfo& codes = checkpoint_->get(name);
+  check_shape(codes, shape);
+  const TensorInfo& stored = fp8_scales(*checkpoint_, name, shape[0], shape[1], kFp8Block, kFp8Block);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (stored.dtype == DType::f32) {
+      std::memcpy(&scales[i], stored.data + i * sizeof(float), sizeof(float));
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, stored.data + i * sizeof(uint16_t), sizeof(uint16_t));
+      scales[i] = bf16_to_float(bits);
+    }
+  }
+  mark_used_family(name);
+  return {&codes, std::move(scales)};
+}
+
+Tensor WeightLoader::fp8_upload(const std::string& name, Tensor codes, const std::vector<float>& scales) {
+  const TensorInfo info{name + "_scale_inv", DType::f32, fp8_block_scale_shape(codes.dim(0), codes.dim(1)),
+                        reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * sizeof(float), "(scales)"};
+  return counted(name, fp8_block_weight(std::move(codes), backend_.upload(info), name));
+}
+
+Tensor WeightLoader::matmul_weight(const std::string& name, const std::vector<int64_t>& shape) {
+  if (!keeps_fp8(name)) return weight(name, shape);
+  const Fp8Host w = fp8_host(name, shape);
+  return fp8_upload(name, backend_.upload(as_bytes(*w.codes)), w.scales);
+}
+
+Tensor WeightLoader::matmul_stacked(const std::string& a, const std::string& b,
+                                    const std::vector<int64_t>& shape_each) {
+  if (!keeps_fp8(a) || !keeps_fp8(b) || shape_each.size() != 2 || shape_each[0] % kFp8Block != 0)
+    return stacked(a, b, shape_each);
+  Fp8Host first = fp8_host(a, shape_each);
+  const Fp8Host second = fp8_host(b, shape_each);
+  first.scales.insert(first.scales.end(), second.scales.begin(), second.scales.end());
+  return fp8_upload(a, backend_.upload_stacked(as_bytes(*first.codes), as_bytes(*second.codes)), first.scales);
+}
+
+// An FP8-block weight counts its codes and its scales.
 Tensor WeightLoader::counted(const std::string& name, Tensor tensor) {
-  stats_.bytes += tensor.bytes();
-  if (name.find(".experts.") != std::string::npos) stats_.routed_bytes += tensor.bytes();
-  if (name == "model.embed_tokens.weight") stats_.embedding_bytes += tensor.bytes();
+  const uint64_t bytes = tensor.bytes() + (tensor.block_scales ? tensor.block_scales->bytes() : 0);
+  stats_.bytes += bytes;
+  if (name.find(".experts.") != std::string::npos) stats_.routed_bytes += bytes;
+  if (name == "model.embed_tokens.weight") stats_.embedding_bytes += bytes;
   return tensor;
 }
 

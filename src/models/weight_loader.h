@@ -1,10 +1,14 @@
 // Reads a model's weights into backend memory, checking each tensor's shape against what the
 // config implies (errors name the tensor and both shapes), and remembering which tensors were
 // used so that the rest can be reported (unused ones, such as the MTP layer at index
-// num_hidden_layers, are skipped with a debug log). Dense weights stored quantized (FP8 with
-// 128x128 block scales, NVFP4, MXFP4) are decoded exactly to F32 at load; routed experts go
-// through the ExpertLoader (--experts native|w2|fp4). A loader made by random() instead invents
-// every tensor (BF16, N(0, 0.02); norm weights 1) for benchmarks of full-size shapes without files.
+// num_hidden_layers, are skipped with a debug log). Weights that only Backend::matmul reads
+// (matmul_weight / matmul_stacked: attention projections, dense MLPs, shared experts) stored as
+// FP8 with 128x128 block scales stay FP8 (tensor.h), a quarter of their F32 decode; every other
+// quantized weight (FP8 for ops that take no FP8: MLA's per-head kv_b_proj, embeddings, LM heads;
+// NVFP4, MXFP4) is decoded exactly to F32 at load. Routed experts go through the ExpertLoader
+// (--experts native|w2|fp4). A loader made by random() instead invents every tensor (BF16,
+// N(0, 0.02); norm weights 1), and with fp8_dense the matmul weights as FP8-block codes of such
+// values over a fixed scale, for benchmarks of full-size shapes without files.
 #pragma once
 
 #include "backend/backend.h"
@@ -31,7 +35,7 @@ struct LoadStats {
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(&checkpoint), backend_(backend) {}
-  static WeightLoader random(Backend& backend, uint64_t seed);
+  static WeightLoader random(Backend& backend, uint64_t seed, bool fp8_dense = false);
   // Routed experts come from this loader (set once the config is known).
   void set_experts(std::unique_ptr<ExpertLoader> experts) { experts_ = std::move(experts); }
   ExpertWeights expert(int64_t layer, int64_t expert) { return experts_->load(*this, layer, expert); }
@@ -49,14 +53,35 @@ class WeightLoader {
   Tensor weight_f32(const std::string& name, const std::vector<int64_t>& shape);
   // Two [n, k] weights stacked into one [2n, k] (gate and up projections).
   Tensor stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each);
+  // A weight read only by Backend::matmul / matmul_group: FP8-block tensors (128x128 blocks) stay
+  // FP8 with F32 block scales; any other as weight().
+  Tensor matmul_weight(const std::string& name, const std::vector<int64_t>& shape);
+  // Two of them stacked as stacked(); FP8 stays FP8 when n is a multiple of 128 (the halves'
+  // scale blocks then stack too), else both are decoded to F32.
+  Tensor matmul_stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each);
   // Logs the checkpoint tensors never read; returns how many there were.
   size_t report_unused() const;
   Backend& backend() { return backend_; }
   const LoadStats& stats() const { return stats_; }
 
  private:
-  WeightLoader(Backend& backend, uint64_t seed) : checkpoint_(nullptr), backend_(backend), rng_(seed) {}
+  // An FP8-block weight in host memory: its codes (checkpoint mapping or invented) and F32 scales.
+  struct Fp8Host {
+    const TensorInfo* codes;
+    std::vector<float> scales;
+  };
+
+  WeightLoader(Backend& backend, uint64_t seed, bool fp8_dense)
+      : checkpoint_(nullptr), backend_(backend), rng_(seed), fp8_dense_(fp8_dense) {}
   const TensorInfo& invent(const std::string& name, const std::vector<int64_t>& shape);
+  // Invented values of `name` (see invent()) stored through encode(float) -> T, kept alive.
+  template <typename T, typename Encode>
+  const TensorInfo& invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype, Encode encode);
+  // Whether `name` is FP8 with 128x128 block scales (invented so under fp8_dense).
+  bool keeps_fp8(const std::string& name) const;
+  Fp8Host fp8_host(const std::string& name, const std::vector<int64_t>& shape);
+  // Uploads FP8 codes already in backend memory (a U8 plane) with their scales.
+  Tensor fp8_upload(const std::string& name, Tensor codes, const std::vector<float>& scales);
   // Keeps `bytes` alive as the last of invented_ (the two newest stay) and returns its info.
   const TensorInfo& keep(TensorInfo info, std::unique_ptr<uint8_t[]> bytes);
   Tensor counted(const std::string& name, Tensor tensor);
@@ -68,6 +93,7 @@ class WeightLoader {
   std::set<std::string> used_;
   LoadStats stats_;
   std::mt19937_64 rng_;
+  bool fp8_dense_ = false;  // random loaders only
   std::deque<std::pair<TensorInfo, std::unique_ptr<uint8_t[]>>> invented_;  // the last two, kept alive
   std::unique_ptr<ThreadPool> pool_;  // invents on every core; made on first use
   std::unique_ptr<ExpertLoader> experts_;

@@ -19,4 +19,22 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1
   return out;
 }
 
+// n e4m3 codes of both signs with exponent fields 0..7 (|value| < 2, subnormals included; never
+// NaN), for FP8-block weights.
+inline std::vector<uint8_t> random_fp8_codes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (auto& v : out) v = uint8_t(rng()) & 0xbf;
+  return out;
+}
+
+// n FP8 block scales in [scale, 2 * scale) with full F32 mantissas (so code * scale rounds).
+inline std::vector<float> random_fp8_scales(size_t n, uint64_t seed, float scale = 0.01f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(1.0f, 2.0f);
+  std::vector<float> out(n);
+  for (auto& v : out) v = scale * uniform(rng);
+  return out;
+}
+
 }  // namespace moet

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/fp8_matmul.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/w2_matmul.h"
 
@@ -45,7 +46,7 @@ class CpuBackend final : public Backend {
     MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 &&
                    a.shape[1] == b.shape[1],
                "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
-    if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+    if (a.dtype != DType::bf16 && a.dtype != DType::f32 && a.dtype != DType::u8) {
       Tensor fa = upload_f32(a), fb = upload_f32(b);
       Tensor t = host_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
       std::memcpy(t.data, fa.data, fa.bytes());
@@ -140,6 +141,11 @@ class CpuBackend final : public Backend {
     const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
     if (w.dtype == DType::bf16) {
       matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_);
+    } else if (w.dtype == DType::f8_e4m3) {
+      MOET_CHECK(w.block_scales && w.block_scales->shape == fp8_block_scale_shape(n, k),
+                 "matmul: FP8 weight [{}, {}] without its block scales", n, k);
+      matmul_fp8_block(x.as<float>(), rows, k, w.as<uint8_t>(), w.block_scales->as<float>(), n, b, y.as<float>(),
+                       pool_);
     } else {
       matmul_f32(x.as<float>(), rows, k, w.as<float>(), n, b, y.as<float>(), pool_);
     }
@@ -313,6 +319,8 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
                              Tensor& y, int64_t y_stride) {
   const int64_t n = w.dim(1), k = w.dim(2);
+  MOET_CHECK(w.dtype == DType::bf16 || w.dtype == DType::f32, "head_matmul takes BF16 or F32 weights, not {}",
+             dtype_name(w.dtype));
   const OpScope scope(*this, [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
   const int64_t rows = x.numel() / (heads * x_stride);
   Tensor xin = alloc({rows, k}), yout = alloc({rows, n});

@@ -78,7 +78,7 @@ Tensor CudaBackend::upload(const TensorInfo& info) {
 Tensor CudaBackend::upload_stacked(const TensorInfo& a, const TensorInfo& b) {
   MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 && a.shape[1] == b.shape[1],
              "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
-  if (a.dtype != DType::bf16 && a.dtype != DType::f32) {
+  if (a.dtype != DType::bf16 && a.dtype != DType::f32 && a.dtype != DType::u8) {
     const std::vector<float> fa = widen(a), fb = widen(b);
     Tensor t = device_tensor(DType::f32, {a.shape[0] + b.shape[0], a.shape[1]});
     copy_to_device(t.data, fa.data(), fa.size() * sizeof(float));

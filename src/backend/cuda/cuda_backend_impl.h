@@ -113,6 +113,8 @@ class CudaBackend final : public Backend {
                                                                Tensor& k, int64_t k_heads, int64_t head_dim,
                                                                const Tensor& q_norm, const Tensor& k_norm);
   static bool is_bf16(const Tensor& t);
+  // The GEMV weight type of a matmul weight (BF16, F32 or FP8-block with its scales).
+  static cuda::GemvWeights gemv_weights(const Tensor& w);
   static cuda::GemvArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
   bool takes_gemm(const cuda::GemvArgs& a, int part);
   bool gemm_ready();

@@ -58,8 +58,8 @@ cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const 
   MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
              rows, k, n, w.dim(1));
   const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
-  GemvArgs a{x.as<float>(), k, 0, is_bf16(w), rows, k, {}, 1};
-  a.parts[0] = {w.data, 0, b, y.as<float>(), n, 0, n, 1};
+  GemvArgs a{x.as<float>(), k, 0, gemv_weights(w), rows, k, {}, 1};
+  a.parts[0] = {w.data, 0, b, y.as<float>(), n, 0, n, 1, w.block_scales ? w.block_scales->as<float>() : nullptr};
   return a;
 }
 
@@ -67,7 +67,7 @@ cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const 
 // weights that cuBLASLt takes. Fewer rows, F32 weights and the rest run on the GEMV (gemv.h).
 bool CudaBackend::takes_gemm(const GemvArgs& a, int part) {
   const GemvPart& p = a.parts[part];
-  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && a.w_bf16 && a.x_row_stride == a.k &&
+  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && a.weights == GemvWeights::bf16 && a.x_row_stride == a.k &&
          DenseGemm::supports(p.w, p.bias, p.y, a.k) && gemm_ready();
 }
 
@@ -257,7 +257,8 @@ void CudaBackend::copy_columns(const Tensor& src, int64_t src_stride, int64_t sr
 void CudaBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
                               int64_t y_stride) {
   const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
-  GemvArgs a{x.as<float>(), heads * x_stride, x_stride, is_bf16(w), rows, k, {}, 1};
+  GemvArgs a{x.as<float>(), heads * x_stride, x_stride, is_bf16(w) ? GemvWeights::bf16 : GemvWeights::f32, rows, k,
+             {}, 1};
   a.parts[0] = {w.data, n * k, nullptr, y.as<float>(), heads * y_stride, y_stride, n, heads};
   gemv_launch(a, stream_);
   check_launch("head_matmul", [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });
@@ -292,6 +293,13 @@ std::pair<HeadSet, HeadSet> CudaBackend::prologue_sets(const RopeTable& table, T
                    head_dim, 0};
   };
   return {set(q, q_heads, q_norm), set(k, k_heads, k_norm)};
+}
+
+GemvWeights CudaBackend::gemv_weights(const Tensor& w) {
+  if (w.dtype != DType::f8_e4m3) return is_bf16(w) ? GemvWeights::bf16 : GemvWeights::f32;
+  MOET_CHECK(w.block_scales && w.shape.size() == 2 && w.block_scales->shape == fp8_block_scale_shape(w.dim(0), w.dim(1)),
+             "matmul: FP8 weight [{}] without its block scales", w.dim(0));
+  return GemvWeights::fp8_block;
 }
 
 bool CudaBackend::is_bf16(const Tensor& t) {

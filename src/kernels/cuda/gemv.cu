@@ -1,4 +1,5 @@
-// Dense and per-head products (see gemv.h): a block of 8 warps; each group of S warps computes two
+// Dense and per-head products (see gemv.h; the inner loop and the FP8-block decode are
+// gemv_core.cuh's): a block of 8 warps; each group of S warps computes two
 // output columns, warp s of the group over the s-th of S equal slices of k (split K), the S
 // partial sums added in slice order through shared memory. S depends only on a part's own shape
 // (n, k, batch), never on the rows or the other parts of its launch, so results stay
@@ -30,17 +31,34 @@ constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wid
 constexpr int64_t kOneWaveWarps = 8192;
 
 // L2 prefetches of what warp_dot's vector path loads first from each of the warp's rows w[j] (its
-// slices of k weights): the first F * 32 * kChunk weights (every lane's first F loads; at most
-// k), one prefetch per 16 bytes, lanes interleaved.
+// slices of k weights): the first F * 32 * kSize weights (every lane's first F loads; at most
+// k), one prefetch per 16 bytes, lanes interleaved. (FP8 block scales are not prefetched: 1/512
+// of the codes' bytes.)
 template <typename W, int F>
-__device__ __forceinline__ void prefetch_first_weights(const W* const (&w)[kCols], int64_t k, int lane) {
-  constexpr int kBytes = F * 32 * kChunk * int(sizeof(W));
-  const int bytes = int(min(int64_t(F) * 32 * kChunk, k)) * int(sizeof(W));
+__device__ __forceinline__ void prefetch_first_weights(const typename WeightChunk<W>::Row (&w)[kCols], int64_t k,
+                                                       int lane) {
+  using Chunk = WeightChunk<W>;
+  constexpr int kBytes = F * 32 * Chunk::kSize * Chunk::kElementBytes;
+  const int bytes = int(min(int64_t(F) * 32 * Chunk::kSize, k)) * Chunk::kElementBytes;
 #pragma unroll
   for (int j = 0; j < kCols; ++j)
 #pragma unroll
     for (int offset = 16 * lane; offset < kBytes; offset += 16 * 32)
-      if (offset < bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w[j]) + offset));
+      if (offset < bytes)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(Chunk::address(w[j])) + offset));
+}
+
+// Row n of problem b of a part, from column k0 on (for FP8 a multiple of kFp8Block; FP8 parts
+// have one problem).
+template <typename W>
+__device__ __forceinline__ typename WeightChunk<W>::Row weight_row(const GemvPart& part, int64_t b, int64_t n,
+                                                                   int64_t k, int64_t k0) {
+  if constexpr (std::is_same_v<W, Fp8Block>) {
+    const int64_t blocks_per_row = (k + kFp8Block - 1) / kFp8Block;
+    return {static_cast<const uint8_t*>(part.w) + n * k + k0, part.w_scales + n / kFp8Block * blocks_per_row + k0 / kFp8Block};
+  } else {
+    return static_cast<const W*>(part.w) + b * part.w_batch_stride + n * k + k0;
+  }
 }
 
 // Where each part's blocks lie in the launch (parts in launch order: first_block ascending), and
@@ -61,11 +79,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& a, const GemvPart& pa
   const int64_t n0 = (block * (kWarps / S) + warp / S) * kCols;
   const bool active = n0 < part.n;  // inactive warps still reach the block barriers
   const int64_t k0 = a.k * slice / S, k1 = a.k * (slice + 1) / S;
-  const W* wb = static_cast<const W*>(part.w) + b * part.w_batch_stride;
   float* y = part.y + b * part.y_batch_stride;
-  const W* w[kCols];
+  typename WeightChunk<W>::Row w[kCols];
 #pragma unroll
-  for (int j = 0; j < kCols; ++j) w[j] = wb + min(min(n0, part.n - 1) + j, part.n - 1) * a.k + k0;
+  for (int j = 0; j < kCols; ++j) w[j] = weight_row<W>(part, b, min(min(n0, part.n - 1) + j, part.n - 1), a.k, k0);
   if (active && vec) prefetch_first_weights<W, F>(w, k1 - k0, lane);  // constant weights: legal before the wait
   pdl_wait();  // x comes from the previous kernels
   for (int64_t r0 = 0; r0 < a.rows; r0 += R) {
@@ -135,7 +152,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // log2 of the largest S in {1, 2, 4, 8}, at most the block's warps, that keeps at most ~4096
 // warps in the part and slices of at least 512 weights, each a multiple of kSliceAlign (so every
-// slice keeps the vector path).
+// slice keeps the vector path and starts at an FP8 block boundary).
 int split_shift_for(const GemvPart& part, int64_t k) {
   const int64_t groups = (part.n + kCols - 1) / kCols * part.batch;
   int shift = 0;
@@ -155,7 +172,8 @@ void launch(const GemvArgs& a, const GemvPlan& plan, int64_t blocks, bool vec, c
 // blocks per SM, so the q and o products of the model shapes (512 blocks) ran in two waves. One
 // row keeps 2 loads in flight in launches of about one wave and 4 in larger ones (the LM head);
 // more rows keep 2 at every size (with 8 rows, 4 in flight was no faster on the LM head and
-// spills on sm_90). F32 weights (small test models) keep one shape.
+// spills on sm_90). F32 weights (small test models) keep one shape; FP8 codes (16 a load, as many
+// bytes as BF16's 8) take BF16's.
 template <typename W>
 void launch_shape(const GemvArgs& a, const GemvPlan& plan, int64_t blocks, int64_t warps, bool vec,
                   cudaStream_t stream) {
@@ -171,8 +189,9 @@ void launch_shape(const GemvArgs& a, const GemvPlan& plan, int64_t blocks, int64
 }  // namespace
 
 bool gemv_vector_ok(const GemvArgs& a) {
-  bool ok = a.k % kChunk == 0 && a.x_row_stride % 4 == 0 && a.x_batch_stride % 4 == 0 && aligned16(a.x);
-  for (int p = 0; p < a.part_count; ++p) ok = ok && a.parts[p].w_batch_stride % kChunk == 0 && aligned16(a.parts[p].w);
+  const int chunk = a.weights == GemvWeights::fp8_block ? WeightChunk<Fp8Block>::kSize : kChunk;
+  bool ok = a.k % chunk == 0 && a.x_row_stride % 4 == 0 && a.x_batch_stride % 4 == 0 && aligned16(a.x);
+  for (int p = 0; p < a.part_count; ++p) ok = ok && a.parts[p].w_batch_stride % chunk == 0 && aligned16(a.parts[p].w);
   return ok;
 }
 
@@ -194,10 +213,10 @@ void gemv_launch(const GemvArgs& args, cudaStream_t stream) {
     warps += (part.n + kCols - 1) / kCols * part.batch << plan.split_shift[p];
   }
   const bool vec = gemv_vector_ok(a);
-  if (a.w_bf16) {
-    launch_shape<uint16_t>(a, plan, blocks, warps, vec, stream);
-  } else {
-    launch_shape<float>(a, plan, blocks, warps, vec, stream);
+  switch (a.weights) {
+    case GemvWeights::bf16: launch_shape<uint16_t>(a, plan, blocks, warps, vec, stream); break;
+    case GemvWeights::f32: launch_shape<float>(a, plan, blocks, warps, vec, stream); break;
+    case GemvWeights::fp8_block: launch_shape<Fp8Block>(a, plan, blocks, warps, vec, stream); break;
   }
 }
 

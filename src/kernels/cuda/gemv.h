@@ -1,4 +1,5 @@
-// Batched products y = x @ w^T (+ bias) with BF16 or F32 weights [n, k], FP32 activations and
+// Batched products y = x @ w^T (+ bias) with BF16, F32 or FP8-block weights [n, k] (e4m3 codes
+// with one F32 scale per 128x128 block, scales [ceil(n/128), ceil(k/128)]), FP32 activations and
 // FP32 accumulation, for few rows (decode) and many (prefill: weights are re-read once per 8
 // rows). One launch runs up to kGemvMaxParts products of the same x (GQA's q, k and v), each
 // with its own weights and output; a part may hold `batch` independent problems laid out with
@@ -14,19 +15,22 @@ namespace moet::cuda {
 
 constexpr int kGemvMaxParts = 4;
 
+enum class GemvWeights { bf16, f32, fp8_block };
+
 struct GemvPart {
-  const void* w;           // uint16_t (BF16) or float, [batch][n, k]
+  const void* w;           // uint16_t (BF16), float or uint8_t (e4m3 codes), [batch][n, k]
   int64_t w_batch_stride;  // elements
   const float* bias;       // [n] or null
   float* y;
   int64_t y_row_stride, y_batch_stride;
   int64_t n, batch;
+  const float* w_scales;   // FP8-block only (batch 1): [ceil(n/128), ceil(k/128)]
 };
 
 struct GemvArgs {
   const float* x;
   int64_t x_row_stride, x_batch_stride;  // floats; x_batch_stride: between a part's problems
-  bool w_bf16;                            // every part alike
+  GemvWeights weights;                    // every part alike
   int64_t rows, k;
   GemvPart parts[kGemvMaxParts];
   int part_count;

@@ -1,5 +1,5 @@
 // Every CUDA backend op against the CPU backend (the reference) on random inputs: products
-// (BF16/F32 weights, vector and scalar paths, per-head; decode shapes of 128..8192 columns over
+// (BF16/F32/FP8-block weights, vector and scalar paths, per-head; decode shapes of 128..8192 columns over
 // 4096 / 8192 with 1..8 rows, which cover the tensor-core tile, split K in a block and across a
 // cluster), RMSNorm, add, SiLU-and-mul, rope (halves, interleaved, partial), embedding, KV writes
 // + paged attention (GQA over two sequences with scattered blocks, MLA with V aliasing K, decode
@@ -137,23 +137,36 @@ TEST(CudaOps, MatmulGroupMatchesMatmuls) {
   EXPECT_THROW(p.gpu->matmul_group(x.second, mismatched), Error);
 }
 
+enum class WeightType { bf16, f32, fp8 };
+
+// A random weight [n, k] in both backends: N(0, 0.02) values as BF16 or F32, or FP8-block codes
+// (|value| < 2) with block scales in [0.01, 0.02).
+std::pair<Tensor, Tensor> random_weight(BackendPair& p, WeightType type, int64_t n, int64_t k, uint64_t seed) {
+  if (type == WeightType::fp8) {
+    const std::vector<int64_t> scales = fp8_block_scale_shape(n, k);
+    return p.fp8_weight(random_fp8_codes(size_t(n * k), seed), random_fp8_scales(size_t(scales[0] * scales[1]), seed + 1),
+                        n, k);
+  }
+  const auto wf = random_floats(size_t(n * k), seed, 0.02f);
+  return type == WeightType::bf16 ? p.weight(to_bf16(wf).data(), DType::bf16, {n, k})
+                                  : p.weight(wf.data(), DType::f32, {n, k});
+}
+
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
 // router 128 x 4096) and odd ones: 8 rows against the CPU; every row count 1..7 bit-identical to
 // the first rows of the 8-row result (batch invariance; one row takes a kernel of its own); the 8
 // rows reversed give the reversed bits (a row's place in the MMA tile does not matter); a second
 // run bit-identical.
-void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, bool bf16) {
+void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, WeightType type) {
   const int64_t rows = 8;
-  const auto wf = random_floats(size_t(n * k), uint64_t(n + k), 0.02f);
-  const auto wb = to_bf16(wf);
-  auto w = bf16 ? p.weight(wb.data(), DType::bf16, {n, k}) : p.weight(wf.data(), DType::f32, {n, k});
+  auto w = random_weight(p, type, n, k, uint64_t(n + k));
   const auto xs = random_floats(size_t(rows * k), uint64_t(n * k));
   auto x = p.activation(xs, {rows, k});
   auto bias = p.activation(random_floats(size_t(n), 5), {n});
   auto y = p.alloc({rows, n});
   p.cpu->matmul(x.first, w.first, &bias.first, y.first);
   p.gpu->matmul(x.second, w.second, &bias.second, y.second);
-  const std::string what = "n " + std::to_string(n) + " k " + std::to_string(k) + " bf16 " + std::to_string(bf16);
+  const std::string what = "n " + std::to_string(n) + " k " + std::to_string(k) + " type " + std::to_string(int(type));
   EXPECT_LT(max_rel_diff(p, y), kTol) << what;
   const auto gpu = host(*p.gpu, y.second);
   for (int64_t r = 1; r < rows; ++r) {
@@ -179,13 +192,71 @@ TEST(CudaOps, DecodeMatmulShapesMatchCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
   for (int64_t k : {4096, 8192})
-    for (int64_t n : {128, 512, 4096, 8192}) check_decode_matmul(p, n, k, true);
-  for (int64_t n : {128, 512, 4096}) check_decode_matmul(p, n, 4096, false);
-  check_decode_matmul(p, 131, 4104, true);  // a partial column tile and a partial 32-k step
-  check_decode_matmul(p, 1000, 7168, true); // DeepSeek-V3's hidden size
-  check_decode_matmul(p, 40000, 512, true); // several waves of warps: 4 loads in flight, not 2
-  check_decode_matmul(p, 77, 4099, true);   // odd k: the CUDA-core scalar path
-  check_decode_matmul(p, 77, 4099, false);
+    for (int64_t n : {128, 512, 4096, 8192}) check_decode_matmul(p, n, k, WeightType::bf16);
+  for (int64_t n : {128, 512, 4096}) check_decode_matmul(p, n, 4096, WeightType::f32);
+  check_decode_matmul(p, 131, 4104, WeightType::bf16);  // a partial column tile and a partial 32-k step
+  check_decode_matmul(p, 1000, 7168, WeightType::bf16); // DeepSeek-V3's hidden size
+  check_decode_matmul(p, 40000, 512, WeightType::bf16); // several waves of warps: 4 loads in flight, not 2
+  check_decode_matmul(p, 77, 4099, WeightType::bf16);   // odd k: the CUDA-core scalar path
+  check_decode_matmul(p, 77, 4099, WeightType::f32);
+}
+
+// FP8-block weights: DeepSeek-V3's dense products (q_a 1536 x 7168, q_b 24576 x 1536, kv_a
+// 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048: one slice
+// or split K, whose slices start on block boundaries), partial blocks in both directions (131 x
+// 1040), an LM-head-sized launch of several waves, and k % 16 != 0 (the scalar path), through
+// check_decode_matmul: against the CPU within FP32 rounding (the GPU sums each lane's 16 codes
+// times x, then scales the sum; the CPU scales each weight first) and batch-invariant by memcmp.
+TEST(CudaOps, Fp8BlockDecodeMatmulMatchesCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {1536, 7168}, {24576, 1536}, {576, 7168}, {7168, 16384}, {4096, 7168}, {7168, 2048}, {131, 1040},
+           {40000, 512}, {77, 4104}, {77, 200}})
+    check_decode_matmul(p, n, k, WeightType::fp8);
+}
+
+// FP8-block weights at 1..20 rows (several 8-row passes) with a bias, at odd shapes: against the
+// CPU; the 20-row result's first r rows bit-identical to an r-row launch; in a matmul_group of
+// three FP8 parts, bit-identical to one matmul per part.
+TEST(CudaOps, Fp8BlockMatmulRowsMatchCpu) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t n = 131, max_rows = 20;
+  for (int64_t k : {64, 300, 720, 1040, 2048}) {
+    auto w = random_weight(p, WeightType::fp8, n, k, uint64_t(k));
+    auto bias = p.activation(random_floats(size_t(n), 9), {n});
+    const auto xs = random_floats(size_t(max_rows * k), uint64_t(k) + 1);
+    auto x = p.activation(xs, {max_rows, k});
+    auto y = p.alloc({max_rows, n});
+    p.gpu->matmul(x.second, w.second, &bias.second, y.second);
+    const auto all = host(*p.gpu, y.second);
+    for (int64_t rows : {1, 2, 5, 8, 9, 16, 20}) {
+      auto xr = p.activation({xs.begin(), xs.begin() + rows * k}, {rows, k});
+      auto yr = p.alloc({rows, n});
+      p.cpu->matmul(xr.first, w.first, &bias.first, yr.first);
+      p.gpu->matmul(xr.second, w.second, &bias.second, yr.second);
+      EXPECT_LT(max_rel_diff(p, yr), kTol) << "k " << k << " rows " << rows;
+      const auto part = host(*p.gpu, yr.second);
+      EXPECT_EQ(0, std::memcmp(part.data(), all.data(), part.size() * sizeof(float))) << "k " << k << " rows " << rows;
+    }
+  }
+  const int64_t k = 1024, rows = 3;
+  auto x = p.activation(random_floats(size_t(rows * k), 5), {rows, k});
+  std::vector<std::pair<Tensor, Tensor>> w, y;
+  std::vector<MatmulPart> parts;
+  for (int64_t height : {2048, 576, 130}) {
+    w.push_back(random_weight(p, WeightType::fp8, height, k, uint64_t(height)));
+    y.push_back(p.alloc({rows, height}));
+  }
+  for (size_t i = 0; i < w.size(); ++i) parts.push_back({&w[i].second, nullptr, &y[i].second});
+  p.gpu->matmul_group(x.second, parts);
+  for (size_t i = 0; i < w.size(); ++i) {
+    Tensor alone = p.gpu->alloc({rows, w[i].second.dim(0)});
+    p.gpu->matmul(x.second, w[i].second, nullptr, alone);
+    const auto grouped = host(*p.gpu, y[i].second), one = host(*p.gpu, alone);
+    EXPECT_EQ(0, std::memcmp(grouped.data(), one.data(), one.size() * sizeof(float))) << "part " << i;
+  }
 }
 
 // Small per-head products, and MLA's absorbed ones (W_uk^T: 512 x 128 per head, W_uv: 128 x 512).

@@ -44,6 +44,13 @@ struct BackendPair {
     info.bytes = size_t(info.numel()) * dtype_size(dtype);
     return {cpu->upload(info), gpu->upload(info)};
   }
+  // The same FP8-block weight (e4m3 codes [n, k], F32 scales [ceil(n/128), ceil(k/128)]) in both.
+  std::pair<Tensor, Tensor> fp8_weight(const std::vector<uint8_t>& codes, const std::vector<float>& scales, int64_t n,
+                                       int64_t k) {
+    auto c = weight(codes.data(), DType::u8, {n, k});
+    auto s = weight(scales.data(), DType::f32, fp8_block_scale_shape(n, k));
+    return {fp8_block_weight(c.first, s.first, "test"), fp8_block_weight(c.second, s.second, "test")};
+  }
   std::pair<Tensor, Tensor> alloc(std::vector<int64_t> shape, DType dtype = DType::f32) {
     return {cpu->alloc(shape, dtype), gpu->alloc(shape, dtype)};
   }

@@ -1,5 +1,6 @@
 // safetensors validation and checkpoint folders: each malformed file is refused with a message
 // naming the file (and tensor); sharded folders are checked against their index.
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -14,19 +15,6 @@ namespace moet {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/moet-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::vector<uint8_t> bytes_of(size_t n, uint8_t seed) {
   std::vector<uint8_t> out(n);
