@@ -96,10 +96,6 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
   }
 }
 
-uint64_t Sampler::rank_key(size_t i) const {
-  return logit_rank_key(work_[i], ids_.empty() ? int32_t(i) : ids_[i]);
-}
-
 void Sampler::sort_prefix(size_t n) {
   if (n <= order_.size()) return;
   // order_ holds every entry with a rank key >= prefix_floor_, sorted; the next ones are below it,
@@ -107,19 +103,16 @@ void Sampler::sort_prefix(size_t n) {
   const size_t pool = work_.size(), want = std::max({n, 4 * order_.size(), size_t(256)});
   uint64_t floor = 0;  // a quarter of the pool or more: the rest whole
   if (4 * want < pool) {
-    scratch_.resize(pool);
-    for (size_t i = 0; i < pool; ++i) scratch_[i] = rank_key(i);
+    scratch_ = keys_;
     std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(),
                      std::greater<uint64_t>());
     floor = scratch_[want - 1];
   }
   const size_t start = order_.size();
-  for (size_t i = 0; i < pool; ++i) {
-    const uint64_t key = rank_key(i);
-    if (key >= floor && key < prefix_floor_) order_.push_back(int32_t(i));
-  }
+  for (size_t i = 0; i < pool; ++i)
+    if (keys_[i] >= floor && keys_[i] < prefix_floor_) order_.push_back(int32_t(i));
   std::sort(order_.begin() + ptrdiff_t(start), order_.end(),
-            [&](int32_t a, int32_t b) { return rank_key(size_t(a)) > rank_key(size_t(b)); });
+            [&](int32_t a, int32_t b) { return keys_[size_t(a)] > keys_[size_t(b)]; });
   prefix_floor_ = floor;
 }
 
@@ -127,11 +120,13 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
   const size_t pool = work_.size();
   const double max_logit = max_value(work_.data(), int64_t(pool));
   probs_.resize(pool);
+  keys_.resize(pool);
   double pool_mass = 0.0;
   for (size_t i = 0; i < pool; ++i) {
     const double p = std::exp((double(work_[i]) - max_logit) / params_.temperature);
     probs_[i] = p >= 0.0 ? p : 0.0;  // a NaN logit has no probability
     pool_mass += probs_[i];
+    keys_[i] = logit_rank_key(work_[i], ids_.empty() ? int32_t(i) : ids_[i]);
   }
   order_.resize(sorted ? pool : 0);
   std::iota(order_.begin(), order_.end(), 0);

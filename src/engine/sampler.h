@@ -68,7 +68,6 @@ class Sampler {
   // A temperature draw over the pool work_ (processed logits of the tokens ids_, or of tokens
   // 0.. when ids_ is empty) out of a vocabulary of `vocab`; `sorted`: the pool is in order.
   int32_t draw(int64_t vocab, bool sorted);
-  uint64_t rank_key(size_t i) const;  // of pool entry i
   // Makes order_[0, n) (at least; n <= pool) the n best pool entries, sorted.
   void sort_prefix(size_t n);
   void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const;
@@ -80,7 +79,7 @@ class Sampler {
   std::vector<int32_t> order_;  // pool entries, best first, sorted up to order_.size()
   uint64_t prefix_floor_ = 0;   // order_ holds the entries whose rank key is at least this
   std::vector<double> probs_;
-  std::vector<uint64_t> scratch_;
+  std::vector<uint64_t> keys_, scratch_;  // the pool's rank keys (kernels/cpu/top_logits.h)
 };
 
 // Index of the largest value (the lowest index among equals).

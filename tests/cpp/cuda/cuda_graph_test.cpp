@@ -143,7 +143,7 @@ TEST(CudaGraphTopLogits, ReplayMatchesEagerAndTheWholeLogits) {
   auto eager_model = model_load(checkpoint, *eager_backend);
   const int64_t vocab = graph_model->config().vocab_size, steps = 12, batch = 3;
   const int64_t blocks_per_seq = (8 + steps + kBlockSize - 1) / kBlockSize;
-  std::vector<Seq> seqs(size_t(batch));
+  std::vector<Seq> seqs(static_cast<size_t>(batch));
   const size_t prefix[] = {8, 5, 2};
   for (size_t s = 0; s < seqs.size(); ++s) {
     seqs[s].tokens.assign(prompt.begin(), prompt.begin() + long(prefix[s]));
