@@ -8,11 +8,13 @@
 // labels "fp8 ...") at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128, KV
 // blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and the attention of a 2048-token
 // prefill; the router (Qwen3: softmax top-8 of 128; DeepSeek-V3: sigmoid, grouped top-8 of 256)
-// at batch 1 and 8. Each op is captured kCalls times into one CUDA graph (run_graph) and the
-// graph replayed kReplays times, so the time per call is what a decode step with graphs pays:
-// kernel plus launch gap. Weights and KV caches rotate over copies of at least 256 MB in all (at
-// most 64), so calls do not hit the 50 MB L2. Bytes counted: the weights (GEMV; FP8: codes and
-// scales); the K/V rows, once per KV head (attention). Prints a table and writes JSON (argument
+// at batch 1 and 8; top_logits (the best 1, 50 and 256 logits per row, device sampling) over
+// vocabularies of 151936 (Qwen3) and 129280 (DeepSeek-V3) at batch 1, 8 and 64. Each op is
+// captured kCalls times into one CUDA graph (run_graph) and the graph replayed kReplays times,
+// so the time per call is what a decode step with graphs pays: kernel plus launch gap. Weights
+// and KV caches rotate over copies of at least 256 MB in all (at most 64), so calls do not hit
+// the 50 MB L2. Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per
+// KV head (attention); the logits, once (top_logits). Prints a table and writes JSON (argument
 // 1, optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose label ("q_proj",
 // "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as Nsight Compute
 // can be pointed at the first launches of one op.
@@ -262,6 +264,34 @@ nlohmann::json bench_router(Bench& b, const char* name, RouterParams params) {
           {"results", rows_out}};
 }
 
+// The best k logits of each of `rows` rows (normal values, as an LM head's), k = 1, 50, 256.
+nlohmann::json bench_top_logits(Bench& b, int64_t vocab) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  b.begin_step({0}, {{0}});
+  nlohmann::json rows_out = nlohmann::json::array();
+  for (int64_t rows : {1, 8, 64}) {
+    const double bytes = double(rows * vocab * 4);
+    std::vector<float> host(size_t(rows * vocab));
+    for (auto& v : host) v = normal(rng);
+    std::vector<Tensor> logits;  // rotating copies
+    for (int64_t c = 0; c < copies_for(bytes); ++c) {
+      logits.push_back(b.backend.alloc({rows, vocab}));
+      b.backend.from_host(host.data(), logits.back());
+    }
+    for (int64_t k : {1, 50, 256}) {
+      Tensor values = b.backend.alloc({rows, k}), ids = b.backend.alloc({rows, k}, DType::i32);
+      const double s = b.seconds_per_call(values, [&](int i) {
+        b.backend.top_logits(logits[size_t(i) % logits.size()], k, values, ids);
+      });
+      nlohmann::json row = b.report("top_logits " + std::to_string(vocab) + " k=" + std::to_string(k), rows, s, bytes);
+      row["k"] = k;
+      rows_out.push_back(row);
+    }
+  }
+  return {{"op", "top_logits"}, {"vocab", vocab}, {"results", rows_out}};
+}
+
 }  // namespace
 }  // namespace moet
 
@@ -319,6 +349,8 @@ int main(int argc, char** argv) {
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});
   });
+  for (int64_t vocab : {151936, 129280})
+    run("top_logits " + std::to_string(vocab), [&] { return moet::bench_top_logits(bench, vocab); });
   if (out.empty()) {
     std::fprintf(stderr, "cuda_ops_bench: MOET_OPS_BENCH_ONLY=%s matches no benchmark label\n", only);
     return 1;

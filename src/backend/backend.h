@@ -153,6 +153,21 @@ inline Tensor fp8_block_weight(Tensor codes, Tensor scales, const std::string& n
   return codes;
 }
 
+// The widest Backend::top_logits: the most best logits of a row a step can ask for.
+constexpr int64_t kMaxTopLogits = 256;
+
+// Checks the operands of Backend::top_logits.
+inline void check_top_logits(const Tensor& logits, int64_t k, const Tensor& values, const Tensor& ids) {
+  MOET_CHECK(logits.shape.size() == 2 && logits.dtype == DType::f32,
+             "top_logits: logits must be an F32 [rows, vocab] tensor");
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  MOET_CHECK(k >= 1 && k <= std::min(vocab, kMaxTopLogits),
+             "top_logits: k must be in [1, {}] for a vocabulary of {} (got {})", std::min(vocab, kMaxTopLogits), vocab, k);
+  const std::vector<int64_t> shape = {rows, k};
+  MOET_CHECK(values.dtype == DType::f32 && ids.dtype == DType::i32 && values.shape == shape && ids.shape == shape,
+             "top_logits: values must be F32 and ids I32, both [{}, {}]", rows, k);
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -238,6 +253,11 @@ class Backend {
   // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).
   virtual void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
                             int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) = 0;
+  // values[r, :] / ids[r, :] = the k best logits of row r of logits [rows, vocab] and their
+  // token ids, best first, in the order of kernels/cpu/top_logits.h (ties to the lower id, NaN
+  // last), values bit for bit as in the row; 1 <= k <= min(vocab, kMaxTopLogits). The CUDA
+  // backend's result is bit-identical to the CPU's and capturable (no host synchronisation).
+  virtual void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) = 0;
   // Per-head matmul: x [rows, heads, x_stride] (first k floats of each head used), w [heads, n, k]
   // -> y [rows, heads, y_stride] (first n floats of each head written).
   virtual void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

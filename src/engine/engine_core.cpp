@@ -16,6 +16,9 @@ namespace {
 
 constexpr unsigned kSamplingThreads = 8;  // rows of a step sampled at once
 
+// Candidate widths a step may ask for, smallest first (each a CUDA graph per batch shape).
+constexpr int64_t kTopWidths[] = {1, 64, kMaxTopLogits};
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -174,14 +177,28 @@ int64_t EngineCore::step() {
     }
     if (chunk.samples()) batch.logit_rows.push_back(int32_t(batch.tokens.size()) - 1);
   }
-  const std::vector<float> logits = model_.forward(batch, cache_);
-  scheduler_.complete(plan);
-  computed_tokens_ += plan.num_tokens;
-  generated_tokens_ += int64_t(batch.logit_rows.size());
   const int64_t vocab = model_.config().vocab_size;
   std::vector<Request*> sampled;  // logit row i is sampled[i]'s
   for (const ScheduledChunk& chunk : plan.chunks)
     if (chunk.samples()) sampled.push_back(requests_.at(chunk.seq->id).get());
+  // The fewest best logits per row that every sampled row can be drawn from (0: whole rows).
+  int64_t width = config_.top_logits_sampling && !sampled.empty() ? 1 : 0;
+  for (size_t i = 0; i < sampled.size() && width > 0; ++i) {
+    const int64_t need = Sampler::top_width(sampled[i]->params.sampling, vocab);
+    const auto fit = std::find_if(std::begin(kTopWidths), std::end(kTopWidths), [&](int64_t w) { return w >= need; });
+    width = need == 0 || fit == std::end(kTopWidths) ? 0 : std::max(width, std::min(*fit, vocab));
+  }
+  std::vector<float> logits;
+  TopLogits top;
+  if (width > 0) {
+    top = model_.forward_top(batch, cache_, width);
+    ++top_logits_steps_;
+  } else {
+    logits = model_.forward(batch, cache_);
+  }
+  scheduler_.complete(plan);
+  computed_tokens_ += plan.num_tokens;
+  generated_tokens_ += int64_t(batch.logit_rows.size());
   // Each row with its own request's sampler, so rows may run on any thread; emitted in order.
   std::vector<SampleResult> results(sampled.size());
   std::vector<std::exception_ptr> errors(sampled.size());
@@ -189,6 +206,11 @@ int64_t EngineCore::step() {
     for (size_t i = begin; i < end; ++i) {
       try {
         Request& r = *sampled[i];
+        if (width > 0) {
+          results[i] = r.sampler.sample_top(top.values.data() + i * size_t(width), top.ids.data() + i * size_t(width),
+                                            width, vocab);
+          continue;
+        }
         const auto prompt = std::span<const int32_t>(r.seq.tokens).first(size_t(r.seq.prompt_len));
         const auto output = std::span<const int32_t>(r.seq.tokens).subspan(size_t(r.seq.prompt_len));
         results[i] = r.sampler.sample(logits.data() + i * size_t(vocab), vocab, prompt, output);
@@ -210,7 +232,7 @@ int64_t EngineCore::step() {
 
 EngineStats EngineCore::stats() const {
   return {scheduler_.num_running(), scheduler_.num_waiting(), preemptions_, computed_tokens_, generated_tokens_,
-          pool_.stats()};
+          top_logits_steps_, pool_.stats()};
 }
 
 }  // namespace moet

@@ -7,7 +7,11 @@
 // one thread. Batching is invisible: a request's tokens depend only on its own parameters, because
 // the CPU kernels compute every output row independently and each request has its own sampler.
 // A step's rows are sampled in parallel (up to 8 threads: a temperature draw over a large
-// vocabulary takes milliseconds), then emitted in row order.
+// vocabulary takes milliseconds), then emitted in row order. When every row a step samples needs
+// only its best logits (Sampler::top_width: greedy or top-k, no logit_bias, penalties or
+// logprobs), the step asks the model for the best 1, 64 or kMaxTopLogits of each row (the
+// smallest that covers them: few widths, few CUDA graphs) and samples from those, with the same
+// tokens as from the whole rows; otherwise it copies the whole rows (docs/design.md, "Sampling").
 #pragma once
 
 #include "core/thread_pool.h"
@@ -31,6 +35,7 @@ struct EngineConfig {
   int64_t num_blocks = 0;     // 0: enough for max_num_seqs full-length sequences, within kv_cache_bytes
   int64_t kv_cache_bytes = int64_t(1) << 30;  // budget for the automatic num_blocks
   bool enable_prefix_caching = true;
+  bool top_logits_sampling = true;  // false: always copy whole logit rows (same tokens, slower)
 };
 
 struct EngineStats {
@@ -39,6 +44,7 @@ struct EngineStats {
   int64_t preemptions = 0;       // total so far
   int64_t computed_tokens = 0;   // total rows run through the model (prefill + decode)
   int64_t generated_tokens = 0;  // total tokens sampled
+  int64_t top_logits_steps = 0;  // total steps sampled from their rows' best logits only
   KvPoolStats kv;
 };
 
@@ -79,6 +85,7 @@ class EngineCore {
   int64_t preemptions_ = 0;
   int64_t computed_tokens_ = 0;
   int64_t generated_tokens_ = 0;
+  int64_t top_logits_steps_ = 0;
 };
 
 // Fills in config's zeros from the model (max_model_len, num_blocks) and checks the rest.

@@ -1,13 +1,15 @@
-// Sampler implementation (see sampler.h). Probabilities in double; truncation over tokens sorted
-// by probability (ties by id), then one uniform draw. The sorted order is built as far as it is
-// read: the k most probable tokens are those at or above the k-th largest probability (one
-// nth_element over the probabilities), sorted; k grows fourfold when more is needed, the new
-// tokens sorted after the old, and from a quarter of the vocabulary on all the rest at once (a
-// nearly flat distribution costs about one full sort). A sum over the whole vocabulary (the top-p
-// normaliser without top-k) is taken in token order.
+// Sampler implementation (see sampler.h). Probabilities in double; truncation over the pool (the
+// whole row, or sample_top()'s best logits) sorted by rank key (kernels/cpu/top_logits.h: by
+// processed logit, ties by id, so by probability too), then one uniform draw. The sorted order is
+// built as far as it is read: the k best entries are those at or above the k-th largest key (one
+// nth_element over the keys), sorted; k grows fourfold when more is needed, the new entries
+// sorted after the old, and from a quarter of the pool on all the rest at once (a nearly flat
+// distribution costs about one full sort). A sum over the whole vocabulary (the top-p normaliser
+// without top-k) is taken in token order.
 #include "engine/sampler.h"
 
 #include "core/error.h"
+#include "kernels/cpu/top_logits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +34,12 @@ float max_value(const float* values, int64_t n) {
   for (int j = 0; j < kLanes; ++j) best = lane[j] > best ? lane[j] : best;
   for (; i < n; ++i) best = values[i] > best ? values[i] : best;
   return best;
+}
+
+// Nothing changes the logits before truncation.
+bool raw_logits(const SamplingParams& p) {
+  return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
 }
 
 }  // namespace
@@ -90,36 +98,39 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
 
 void Sampler::sort_prefix(size_t n) {
   if (n <= order_.size()) return;
-  // order_ holds every token with a probability >= prefix_floor_, sorted; the next ones are below
-  // it, so they are appended after it, sorted among themselves.
-  const size_t vocab = probs_.size(), want = std::max({n, 4 * order_.size(), size_t(256)});
-  double floor = 0.0;  // a quarter of the vocabulary or more: the rest whole
-  if (4 * want < vocab) {
-    scratch_ = probs_;
-    std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(), std::greater<double>());
+  // order_ holds every entry with a rank key >= prefix_floor_, sorted; the next ones are below it,
+  // so they are appended after it, sorted among themselves. Keys are distinct: `want` in all.
+  const size_t pool = work_.size(), want = std::max({n, 4 * order_.size(), size_t(256)});
+  uint64_t floor = 0;  // a quarter of the pool or more: the rest whole
+  if (4 * want < pool) {
+    scratch_ = keys_;
+    std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(),
+                     std::greater<uint64_t>());
     floor = scratch_[want - 1];
   }
   const size_t start = order_.size();
-  for (size_t i = 0; i < vocab; ++i)
-    if (probs_[i] >= floor && probs_[i] < prefix_floor_) order_.push_back(int32_t(i));  // want in all, or more on ties
-  std::sort(order_.begin() + ptrdiff_t(start), order_.end(), [&](int32_t a, int32_t b) {
-    return probs_[size_t(a)] > probs_[size_t(b)] || (probs_[size_t(a)] == probs_[size_t(b)] && a < b);
-  });
+  for (size_t i = 0; i < pool; ++i)
+    if (keys_[i] >= floor && keys_[i] < prefix_floor_) order_.push_back(int32_t(i));
+  std::sort(order_.begin() + ptrdiff_t(start), order_.end(),
+            [&](int32_t a, int32_t b) { return keys_[size_t(a)] > keys_[size_t(b)]; });
   prefix_floor_ = floor;
 }
 
-int32_t Sampler::draw() {
-  const size_t vocab = work_.size();
-  const double max_logit = max_value(work_.data(), int64_t(vocab));
-  probs_.resize(vocab);
-  double vocab_mass = 0.0;
-  for (size_t i = 0; i < vocab; ++i) {
+int32_t Sampler::draw(int64_t vocab, bool sorted) {
+  const size_t pool = work_.size();
+  const double max_logit = max_value(work_.data(), int64_t(pool));
+  probs_.resize(pool);
+  keys_.resize(pool);
+  double pool_mass = 0.0;
+  for (size_t i = 0; i < pool; ++i) {
     const double p = std::exp((double(work_[i]) - max_logit) / params_.temperature);
     probs_[i] = p >= 0.0 ? p : 0.0;  // a NaN logit has no probability
-    vocab_mass += probs_[i];
+    pool_mass += probs_[i];
+    keys_[i] = logit_rank_key(work_[i], ids_.empty() ? int32_t(i) : ids_[i]);
   }
-  order_.clear();
-  prefix_floor_ = INFINITY;
+  order_.resize(sorted ? pool : 0);
+  std::iota(order_.begin(), order_.end(), 0);
+  prefix_floor_ = sorted ? 0 : UINT64_MAX;
   const auto prob = [&](size_t rank) {
     sort_prefix(rank + 1);
     return probs_[size_t(order_[rank])];
@@ -129,8 +140,9 @@ int32_t Sampler::draw() {
     for (size_t i = 0; i < n; ++i) total += prob(i);
     return total;
   };
-  size_t keep = params_.top_k > 0 ? std::min<size_t>(size_t(params_.top_k), vocab) : vocab;
-  double total = keep == vocab ? vocab_mass : mass(keep);
+  // keep == vocab only where the pool is the whole vocabulary (sample_top() has top_k < vocab).
+  size_t keep = params_.top_k > 0 ? std::min<size_t>(size_t(params_.top_k), size_t(vocab)) : size_t(vocab);
+  double total = keep == size_t(vocab) ? pool_mass : mass(keep);
   if (params_.top_p < 1.0f) {
     double cumulative = 0.0;
     for (size_t i = 0; i < keep; ++i) {
@@ -143,17 +155,20 @@ int32_t Sampler::draw() {
     total = mass(keep);
   }
   if (params_.min_p > 0.0f) {  // sorted, so the kept tokens are those at or above the threshold
+    // Counted over the pool: where it is the best top_k only, the count is min(top_k, the count
+    // over the row), as probability does not fall with rank, and keep <= top_k.
     const double threshold = params_.min_p * prob(0);
     const size_t above = size_t(std::count_if(probs_.begin(), probs_.end(), [&](double p) { return p >= threshold; }));
     keep = std::max<size_t>(1, std::min(keep, above));
     total = mass(keep);
   }
+  const auto token = [&](size_t rank) { return ids_.empty() ? order_[rank] : ids_[size_t(order_[rank])]; };
   double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
   for (size_t i = 0; i < keep; ++i) {
     u -= prob(i);
-    if (u <= 0.0) return order_[i];
+    if (u <= 0.0) return token(i);
   }
-  return order_[keep - 1];
+  return token(keep - 1);
 }
 
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const {
@@ -163,30 +178,49 @@ void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& re
   const double log_z = max_logit + std::log(sum);
   result.logprob = float(double(logits[result.token]) - log_z);
   if (params_.logprobs <= 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  const size_t k = std::min<size_t>(size_t(params_.logprobs), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (size_t i = 0; i < k; ++i) result.top.push_back({ids[i], float(double(logits[ids[i]]) - log_z)});
+  const int64_t k = std::min(params_.logprobs, vocab);
+  std::vector<float> values(static_cast<size_t>(k));
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  top_logits(logits, 1, vocab, k, values.data(), ids.data());
+  for (int64_t i = 0; i < k; ++i) result.top.push_back({ids[size_t(i)], float(double(values[size_t(i)]) - log_z)});
 }
 
 SampleResult Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
                              std::span<const int32_t> output) {
   SampleResult result;
-  const bool raw = params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
-                   params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
-  if (raw && params_.temperature == 0.0f) {
+  if (raw_logits(params_) && params_.temperature == 0.0f) {
     result.token = argmax(logits, vocab);  // nothing to apply: no copy
   } else {
     work_.assign(logits, logits + vocab);
+    ids_.clear();
     for (const auto& [id, bias] : params_.logit_bias)
       if (id >= 0 && id < vocab) work_[size_t(id)] += bias;
     apply_penalties(prompt, output);
-    result.token = params_.temperature == 0.0f ? argmax(work_.data(), vocab) : draw();
+    result.token = params_.temperature == 0.0f ? argmax(work_.data(), vocab) : draw(vocab, false);
   }
   if (params_.logprobs >= 0) fill_logprobs(logits, vocab, result);
+  return result;
+}
+
+int64_t Sampler::top_width(const SamplingParams& params, int64_t vocab) {
+  if (!raw_logits(params) || params.logprobs >= 0) return 0;
+  if (params.temperature == 0.0f) return 1;
+  return params.top_k >= 1 && params.top_k < vocab ? params.top_k : 0;
+}
+
+SampleResult Sampler::sample_top(const float* values, const int32_t* ids, int64_t n, int64_t vocab) {
+  const int64_t width = top_width(params_, vocab);
+  MOET_CHECK(width >= 1 && width <= n,
+             "sample_top: these sampling parameters need the {} best logits of the row (0: all of it), {} given",
+             width, n);
+  SampleResult result;
+  if (params_.temperature == 0.0f) {
+    result.token = ids[0];  // argmax() of the row
+    return result;
+  }
+  work_.assign(values, values + width);
+  ids_.assign(ids, ids + width);
+  result.token = draw(vocab, true);
   return result;
 }
 

@@ -6,7 +6,13 @@
 // (log_softmax of the unprocessed logits), as vLLM and OpenAI report them.
 // Only as much of the vocabulary is sorted as the truncation and the draw reach (most of the
 // mass sits in a few tokens): a draw over a 152k vocabulary takes about 2 ms on the dev machine
-// where a full sort took 17 (bench/sampler_bench.cpp).
+// where a full sort took 17 (bench/sampler_bench.cpp). Tokens are sorted by processed logit in
+// the order of kernels/cpu/top_logits.h (ties by id; NaN last), which is also by probability.
+// A row that needs only its best logits (top_width() > 0: no logit_bias, penalties or logprobs;
+// greedy, or top_k below the vocabulary) can be sampled with sample_top() from the row's
+// top_width() best logits as Backend::top_logits writes them: the same token and the same use
+// of the generator as sample() on the whole row (the top_k best hold everything temperature,
+// top-p and min-p read after top-k, and they are the first top_k of the order sample() sorts).
 #pragma once
 
 #include <cstdint>
@@ -50,20 +56,30 @@ class Sampler {
   // `prompt` and `output` are the request's tokens so far (for the penalties).
   SampleResult sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                       std::span<const int32_t> output = {});
+  // How many best logits of a row sample_top() needs for these parameters: 1 (greedy), top_k, or
+  // 0 when only the whole row will do.
+  static int64_t top_width(const SamplingParams& params, int64_t vocab);
+  // Samples from a row's n best logits (values, ids), best first in the order of
+  // kernels/cpu/top_logits.h; throws moet::Error unless 1 <= top_width() <= n.
+  SampleResult sample_top(const float* values, const int32_t* ids, int64_t n, int64_t vocab);
 
  private:
   void apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output);
-  int32_t draw();
-  // Makes order_[0, n) (at least; n <= vocab) the n most probable tokens, sorted.
+  // A temperature draw over the pool work_ (processed logits of the tokens ids_, or of tokens
+  // 0.. when ids_ is empty) out of a vocabulary of `vocab`; `sorted`: the pool is in order.
+  int32_t draw(int64_t vocab, bool sorted);
+  // Makes order_[0, n) (at least; n <= pool) the n best pool entries, sorted.
   void sort_prefix(size_t n);
   void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
-  std::vector<int32_t> order_;  // tokens by probability (ties by id), sorted up to order_.size()
-  double prefix_floor_ = 0.0;   // order_ holds the tokens whose probability is at least this
-  std::vector<double> probs_, scratch_;
+  std::vector<int32_t> ids_;
+  std::vector<int32_t> order_;  // pool entries, best first, sorted up to order_.size()
+  uint64_t prefix_floor_ = 0;   // order_ holds the entries whose rank key is at least this
+  std::vector<double> probs_;
+  std::vector<uint64_t> keys_, scratch_;  // the pool's rank keys (kernels/cpu/top_logits.h)
 };
 
 // Index of the largest value (the lowest index among equals).

@@ -65,8 +65,13 @@ class DecoderModel final : public Model {
   KvCache create_kv_cache(int64_t blocks, int64_t block_size) override;
   int64_t kv_bytes_per_token() const override;
   std::vector<float> forward(const ForwardBatch& batch, KvCache& cache) override;
+  TopLogits forward_top(const ForwardBatch& batch, KvCache& cache, int64_t k) override;
 
  private:
+  // Both forwards: checks, begin_step(), forward_body() (through run_graph for a decode step),
+  // then with top_k > 0 the best top_k logits of each row packed as top_logits_packed() says.
+  // Returns the output tensor (backend memory).
+  Tensor run(const ForwardBatch& batch, KvCache& cache, int64_t top_k);
   // The ops of one forward after begin_step(): embedding, layers, final norm of the logit rows,
   // LM head; returns the logits tensor (backend memory).
   Tensor forward_body(const ForwardBatch& batch, KvCache& cache);

@@ -3,7 +3,9 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 namespace moet {
 
@@ -44,7 +46,25 @@ int64_t DecoderModel::kv_bytes_per_token() const {
   return floats * int64_t(sizeof(float));
 }
 
-std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
+namespace {
+
+// The best k logits of each row in one tensor, so that they reach the host in one copy: I32
+// [2, rows, k], the values' bits then the ids.
+struct PackedTop {
+  Tensor packed, values, ids;
+};
+
+PackedTop top_logits_packed(Backend& backend, int64_t rows, int64_t k) {
+  PackedTop t;
+  t.packed = backend.alloc({2, rows, k}, DType::i32);
+  t.values = Tensor{DType::f32, {rows, k}, t.packed.storage, t.packed.data};
+  t.ids = Tensor{DType::i32, {rows, k}, t.packed.storage, t.packed.as<int32_t>() + rows * k};
+  return t;
+}
+
+}  // namespace
+
+Tensor DecoderModel::run(const ForwardBatch& batch, KvCache& cache, int64_t top_k) {
   const int64_t rows = int64_t(batch.tokens.size());
   MOET_CHECK(rows > 0 && batch.positions.size() == size_t(rows) && batch.slots.size() == size_t(rows) &&
                  batch.row_seq.size() == size_t(rows),
@@ -54,25 +74,43 @@ std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cac
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
                        int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size,
                        config_.vocab_size});
-  const auto body = [&] { return forward_body(batch, cache); };
-  Tensor logits;
-  if (batch.decode) {
-    // Everything forward_body() bakes into its launches besides the step inputs: this model, the
-    // KV cache's memory and the logit rows (the backend adds rows, sequences and table stride).
-    GraphKey key;
-    key.values = {id_, int64_t(batch.logit_rows.size())};
-    key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
-    for (const KvLayerCache& layer : cache.layers) {
-      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
-      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
-    }
-    logits = backend_.run_graph(key, body);
-  } else {
-    logits = body();
+  const auto body = [&] {
+    Tensor logits = forward_body(batch, cache);
+    if (top_k == 0) return logits;
+    PackedTop top = top_logits_packed(backend_, logits.dim(0), top_k);
+    backend_.top_logits(logits, top_k, top.values, top.ids);
+    return top.packed;
+  };
+  if (!batch.decode) return body();
+  // Everything body() bakes into its launches besides the step inputs: this model, the KV cache's
+  // memory, the logit rows and the top-k width (the backend adds rows, sequences and table stride).
+  GraphKey key;
+  key.values = {id_, top_k, int64_t(batch.logit_rows.size())};
+  key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
+  for (const KvLayerCache& layer : cache.layers) {
+    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
+    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
   }
+  return backend_.run_graph(key, body);
+}
+
+std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
+  const Tensor logits = run(batch, cache, 0);
   std::vector<float> host(size_t(logits.numel()));
   backend_.to_host(logits, host.data());
   return host;
+}
+
+TopLogits DecoderModel::forward_top(const ForwardBatch& batch, KvCache& cache, int64_t k) {
+  MOET_CHECK(k >= 1 && k <= std::min(config_.vocab_size, kMaxTopLogits),
+             "forward_top: k must be in [1, {}] (got {})", std::min(config_.vocab_size, kMaxTopLogits), k);
+  const Tensor packed = run(batch, cache, k);
+  const size_t n = size_t(packed.numel() / 2);
+  std::vector<int32_t> host(2 * n);
+  backend_.to_host(packed, host.data());
+  TopLogits top{k, std::vector<float>(n), std::vector<int32_t>(host.begin() + ptrdiff_t(n), host.end())};
+  std::memcpy(top.values.data(), host.data(), n * sizeof(float));
+  return top;
 }
 
 // Replay-safe (docs/design.md, "CUDA graphs"): every launch depends only on the batch's shape and

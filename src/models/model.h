@@ -1,6 +1,7 @@
 // What the engine sees of a model: a forward over a batch of tokens from any number of sequences
 // (prefill rows and decode rows alike) that writes their K/V into a paged cache and returns the
-// logits of the rows asked for. Built from a checkpoint by model_load() (registry.cpp), which
+// logits of the rows asked for, whole or only the best few of each row (forward_top: computed
+// where the logits are, so a GPU copies k candidates per row instead of the vocabulary). Built from a checkpoint by model_load() (registry.cpp), which
 // dispatches on the config's family to one file per architecture.
 #pragma once
 
@@ -28,6 +29,14 @@ struct ForwardBatch {
   bool decode = false;
 };
 
+// The k best logits of each row asked for and their token ids, best first (the order of
+// kernels/cpu/top_logits.h: ties to the lower id, NaN last).
+struct TopLogits {
+  int64_t k = 0;
+  std::vector<float> values;  // [rows, k]
+  std::vector<int32_t> ids;   // [rows, k]
+};
+
 struct KvCache {
   int64_t blocks = 0;
   int64_t block_size = 0;
@@ -43,6 +52,9 @@ class Model {
   virtual int64_t kv_bytes_per_token() const = 0;
   // Returns logits [batch.logit_rows.size(), vocab] on the host.
   virtual std::vector<float> forward(const ForwardBatch& batch, KvCache& cache) = 0;
+  // The same forward, returning only the k best logits of each of those rows (1 <= k <=
+  // min(vocab, kMaxTopLogits)); exactly the best k of what forward() returns.
+  virtual TopLogits forward_top(const ForwardBatch& batch, KvCache& cache, int64_t k) = 0;
 };
 
 struct LoadStats;

@@ -3,8 +3,10 @@
 // normal distribution is libstdc++'s, the same in CI and here).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -34,6 +36,35 @@ inline std::vector<float> random_fp8_scales(size_t n, uint64_t seed, float scale
   std::uniform_real_distribution<float> uniform(1.0f, 2.0f);
   std::vector<float> out(n);
   for (auto& v : out) v = scale * uniform(rng);
+  return out;
+}
+
+// rows x vocab logits with everything a top-k order must settle: runs of equal values (half of
+// them rounded to quarters), -0 next to +0, -inf, a rare +inf, NaNs of both signs; from 3 rows
+// on, row 1 is all NaN and row 2 one value throughout (ties decided by id alone).
+inline std::vector<float> awkward_logits(int64_t rows, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const uint32_t negative_nan_bits = 0xffc00001u;
+  float negative_nan;
+  std::memcpy(&negative_nan, &negative_nan_bits, sizeof negative_nan);
+  std::vector<float> out(static_cast<size_t>(rows * vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      float v = normal(rng);
+      const uint64_t pick = rng() % 4096;
+      if (pick < 64) v = NAN;
+      else if (pick < 96) v = negative_nan;
+      else if (pick < 160) v = -INFINITY;
+      else if (pick < 161) v = INFINITY;
+      else if (pick < 300) v = -0.0f;
+      else if (pick < 400) v = 0.0f;
+      else if (pick % 2) v = std::round(v * 4.0f) / 4.0f;
+      if (rows > 2 && r == 1) v = NAN;
+      if (rows > 2 && r == 2) v = 1.25f;
+      out[size_t(r * vocab + i)] = v;
+    }
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fp8_matmul.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/top_logits.h"
 #include "kernels/cpu/w2_matmul.h"
 
 #include <algorithm>
@@ -216,6 +217,16 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(dst.as<float>() + r * dst_stride + dst_offset, src.as<float>() + r * src_stride + src_offset,
                   sizeof(float) * size_t(width));
+  }
+
+  void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) override {
+    check_top_logits(logits, k, values, ids);
+    const OpScope scope(*this, [] { return std::string("top_logits"); });
+    const int64_t vocab = logits.dim(1);
+    pool_.parallel_for(size_t(logits.dim(0)), [&](size_t begin, size_t end) {
+      moet::top_logits(logits.as<float>() + int64_t(begin) * vocab, int64_t(end - begin), vocab, k,
+                       values.as<float>() + int64_t(begin) * k, ids.as<int32_t>() + int64_t(begin) * k);
+    });
   }
 
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,

@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
                     int64_t dst_offset, int64_t rows, int64_t width) override;
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
                    int64_t y_stride) override;
+  void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) override;
 
   // cuda_backend_steps.cpp
   void begin_step(const StepInputs& step) override;

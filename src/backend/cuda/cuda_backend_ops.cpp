@@ -17,6 +17,7 @@
 #include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
+#include "kernels/cuda/top_logits.h"
 
 #include <cuda_runtime_api.h>
 
@@ -306,6 +307,18 @@ bool CudaBackend::is_bf16(const Tensor& t) {
   MOET_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CUDA ops take BF16 or F32 weights, not {}",
              dtype_name(t.dtype));
   return t.dtype == DType::bf16;
+}
+
+static_assert(kMaxTopLogits <= kTopLogitsMaxK, "the CUDA top_logits covers every k the backend accepts");
+
+void CudaBackend::top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) {
+  check_top_logits(logits, k, values, ids);
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  MOET_CHECK(rows <= kTopLogitsMaxRows, "top_logits: at most {} rows (got {})", kTopLogitsMaxRows, rows);
+  Tensor workspace = alloc({int64_t(top_logits_workspace_bytes(rows, vocab, k))}, DType::u8);
+  top_logits_launch(logits.as<float>(), rows, vocab, k, workspace.data, values.as<float>(), ids.as<int32_t>(),
+                    stream_);
+  check_launch("top_logits", [&] { return fmt::format("top_logits[vocab={},k={}]", vocab, k); });
 }
 
 }  // namespace moet

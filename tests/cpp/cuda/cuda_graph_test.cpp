@@ -4,11 +4,14 @@
 // and whose contexts grow past two table-stride buckets (block size 4: 3 -> 5 -> 9 blocks, so
 // graphs for strides 4, 8 and 16; the first two replayed on later steps). Also the graph bookkeeping
 // (captures, replays, no failures), the per-op profile not changing results, and the memory a
-// graph owns surviving other allocations. Skips with a message when no GPU is visible.
+// graph owns surviving other allocations. Decode steps through forward_top (the best k logits per
+// row, k alternating between 1 and 50) replay bit-identically too, and give the best k of the
+// step's whole logits. Skips with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
 #include "engine/sampler.h"
 #include "engine/single_sequence.h"
+#include "kernels/cpu/top_logits.h"
 #include "io/checkpoint.h"
 
 #include <fmt/format.h>
@@ -127,6 +130,56 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs, ::testing::ValuesIn(graph_cases()
                          [](const ::testing::TestParamInfo<GraphCase>& info) {
                            return info.param.fixture + "_batch" + std::to_string(info.param.batch);
                          });
+
+TEST(CudaGraphTopLogits, ReplayMatchesEagerAndTheWholeLogits) {
+  MOET_SKIP_WITHOUT_GPU();
+  const auto dir = kFixtures / "qwen3_moe";
+  const auto prompt = json_read_file(dir / "golden_w2.json")["prompt_ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(prompt.size(), 8u);
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  auto graph_backend = cuda_backend_create({0, 0.9, 0.0, true});
+  auto eager_backend = cuda_backend_create({0, 0.9, 0.0, false});
+  auto graph_model = model_load(checkpoint, *graph_backend);
+  auto eager_model = model_load(checkpoint, *eager_backend);
+  const int64_t vocab = graph_model->config().vocab_size, steps = 12, batch = 3;
+  const int64_t blocks_per_seq = (8 + steps + kBlockSize - 1) / kBlockSize;
+  std::vector<Seq> seqs(static_cast<size_t>(batch));
+  const size_t prefix[] = {8, 5, 2};
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s].tokens.assign(prompt.begin(), prompt.begin() + long(prefix[s]));
+    for (int64_t b = 0; b < blocks_per_seq; ++b) seqs[s].table.push_back(int32_t(b * batch + int64_t(s)));
+  }
+  KvCache graph_cache = graph_model->create_kv_cache(blocks_per_seq * batch, kBlockSize);
+  KvCache eager_cache = eager_model->create_kv_cache(blocks_per_seq * batch, kBlockSize);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const ForwardBatch prefill = batch_of(seqs, {s}, false);
+    graph_model->forward(prefill, graph_cache);
+    const auto logits = eager_model->forward(prefill, eager_cache);
+    seqs[s].computed = int64_t(seqs[s].tokens.size());
+    seqs[s].tokens.push_back(argmax(logits.data(), vocab));
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t k = step % 2 ? 50 : 1;
+    for (Seq& seq : seqs) seq.computed = int64_t(seq.tokens.size()) - 1;
+    const ForwardBatch decode = batch_of(seqs, {0, 1, 2}, true);
+    const TopLogits replayed = graph_model->forward_top(decode, graph_cache, k);
+    const auto logits = eager_model->forward(decode, eager_cache);  // rewrites the same K/V
+    const TopLogits eager = eager_model->forward_top(decode, eager_cache, k);
+    ASSERT_EQ(replayed.ids, eager.ids) << "step " << step << " k " << k;
+    ASSERT_EQ(0, std::memcmp(replayed.values.data(), eager.values.data(), eager.values.size() * sizeof(float)));
+    std::vector<float> values(static_cast<size_t>(batch * k));
+    std::vector<int32_t> ids(static_cast<size_t>(batch * k));
+    top_logits(logits.data(), batch, vocab, k, values.data(), ids.data());
+    ASSERT_EQ(eager.ids, ids) << "step " << step << " k " << k;
+    ASSERT_EQ(0, std::memcmp(eager.values.data(), values.data(), values.size() * sizeof(float)));
+    for (size_t s = 0; s < seqs.size(); ++s) seqs[s].tokens.push_back(eager.ids[s * size_t(k)]);
+  }
+  const GraphStats stats = graph_backend->graph_stats();
+  EXPECT_EQ(stats.failures, 0);
+  EXPECT_GE(stats.captures, 2);  // one per width at least
+  EXPECT_EQ(stats.captures + stats.replays, steps);
+  EXPECT_GE(stats.replays, steps / 2);
+}
 
 // Memory a graph owns is not handed out again: after a capture, eager allocations of the same
 // sizes and garbage written into them leave the next replay's logits unchanged.

@@ -1,7 +1,9 @@
 // EngineCore on a real fixture model: batching is invisible (16 concurrent greedy requests, mixed
 // prefill chunks and decode rows, give the same tokens as one at a time, also when a small KV pool
 // forces preemption by recompute), prefix caching gives the same tokens, seeded sampling is
-// reproducible, stop ids / max_tokens finish correctly and abort frees every block.
+// reproducible, stop ids / max_tokens finish correctly and abort frees every block; sampling from
+// the rows' best logits gives the tokens sampling from whole rows gives, and steps with a row that
+// needs the whole row fall back to it.
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 namespace moet {
@@ -117,6 +120,51 @@ TEST(EngineCore, SeededSamplingReproducesAcrossBatches) {
   EXPECT_EQ(got.at(0).tokens, got.at(2).tokens);
   EXPECT_EQ(got.at(1).tokens, got.at(3).tokens);
   EXPECT_NE(got.at(0).tokens, got.at(1).tokens);
+}
+
+// Runs the requests with or without top-logits sampling; *top_steps: the steps that used it.
+std::map<int64_t, Collected> run_top(const std::vector<RequestParams>& requests, bool top, int64_t* top_steps) {
+  EngineConfig c = config(2048, 64, false);
+  c.top_logits_sampling = top;
+  EngineCore engine(*loaded().model, std::nullopt, c);
+  auto out = run(engine, requests);
+  *top_steps = engine.stats().top_logits_steps;
+  return out;
+}
+
+TEST(EngineCore, TopLogitsSamplingMatchesWholeRows) {
+  std::vector<RequestParams> greedy, seeded;
+  for (int i = 0; i < 6; ++i) {
+    RequestParams p = request(i, 10);
+    greedy.push_back(p);
+    if (i % 3 != 0) {  // a third greedy; the others top-k 5 (width 64) or 100 (width 256)
+      p.sampling.temperature = 0.9f;
+      p.sampling.top_k = i % 3 == 1 ? 5 : 100;
+      p.sampling.top_p = 0.9f;
+      p.sampling.min_p = i == 2 ? 0.05f : 0.0f;
+      p.sampling.seed = uint64_t(i);
+    }
+    seeded.push_back(p);
+  }
+  int64_t top_steps = 0, whole_steps = 0;
+  for (const auto& requests : {greedy, seeded}) {
+    const auto top = run_top(requests, true, &top_steps), whole = run_top(requests, false, &whole_steps);
+    EXPECT_EQ(top_steps, 10);  // one prefill step, nine decode steps
+    EXPECT_EQ(whole_steps, 0);
+    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(top.at(int64_t(i)).tokens, whole.at(int64_t(i)).tokens) << i;
+  }
+  // One request that needs whole rows (in every step, as all run together) makes each step use them.
+  const std::vector<std::function<void(SamplingParams&)>> changes = {
+      [](SamplingParams& s) { s.logprobs = 2; }, [](SamplingParams& s) { s.repetition_penalty = 1.3f; },
+      [](SamplingParams& s) { s.presence_penalty = 0.5f; }, [](SamplingParams& s) { s.top_k = 300; }};
+  for (size_t c = 0; c < changes.size(); ++c) {
+    auto requests = seeded;
+    changes[c](requests[1].sampling);
+    const auto top = run_top(requests, true, &top_steps), whole = run_top(requests, false, &whole_steps);
+    EXPECT_EQ(top_steps, 0) << "change " << c;
+    for (size_t i = 0; i < requests.size(); ++i)
+      EXPECT_EQ(top.at(int64_t(i)).tokens, whole.at(int64_t(i)).tokens) << "change " << c << " request " << i;
+  }
 }
 
 TEST(EngineCore, StopIdFinishesWithStop) {

@@ -1,9 +1,12 @@
 // Sampler: greedy, seeded reproducibility, top-k/top-p/min-p truncation, penalties, logit_bias,
-// logprobs of the raw distribution, parameter validation, and the partial sort drawing the same
-// tokens as a full sort.
+// logprobs of the raw distribution, parameter validation, the partial sort drawing the same
+// tokens as a full sort, and sampling from a row's best logits (sample_top) drawing what sampling
+// from the whole row draws, with top_width() saying when that holds.
 #include "engine/sampler.h"
 
+#include "../random_values.h"
 #include "core/error.h"
+#include "kernels/cpu/top_logits.h"
 
 #include <gtest/gtest.h>
 
@@ -195,6 +198,75 @@ TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
   v[999] = INFINITY;
   EXPECT_EQ(argmax(v.data(), int64_t(v.size())), 999);
   EXPECT_EQ(argmax(v.data(), 7), 0);  // all -1 but a NaN: the first -1
+}
+
+// sample_top() on a row's 256 best logits as top_logits() writes them draws what sample() draws on
+// the whole row: 30 draws from each of two generators of one seed give the same tokens (so the
+// generator is used alike), greedy and top-k with temperature, top-p and min-p, on rows with ties,
+// NaNs, -inf and +inf, an all-NaN row and a one-value row. The greedy candidate is argmax().
+TEST(Sampler, TopLogitsDrawAsTheWholeRow) {
+  const int64_t vocab = 5000, rows = 6, n = 256;
+  auto logits = awkward_logits(rows, vocab, 11);
+  for (int64_t r : {0, 3, 4})  // a +inf takes all the mass; keep one in row 5 only
+    std::replace(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab, INFINITY, 6.0f);
+  std::vector<float> values(static_cast<size_t>(rows * n));
+  std::vector<int32_t> ids(static_cast<size_t>(rows * n));
+  top_logits(logits.data(), rows, vocab, n, values.data(), ids.data());
+  int cases = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * vocab;
+    EXPECT_EQ(ids[size_t(r * n)], argmax(row, vocab)) << "row " << r;
+    for (float temperature : {0.0f, 0.3f, 1.0f, 2.5f}) {
+      for (int64_t top_k : {1, 7, 50, 256}) {
+        for (float top_p : {1.0f, 0.9f, 0.4f}) {
+          for (float min_p : {0.0f, 0.1f}) {
+            SamplingParams p;
+            p.temperature = temperature;
+            p.top_k = top_k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.seed = uint64_t(++cases);
+            ASSERT_EQ(Sampler::top_width(p, vocab), temperature == 0.0f ? 1 : top_k);
+            Sampler whole(p), top(p);
+            for (int d = 0; d < 30; ++d)
+              ASSERT_EQ(whole.sample(row, vocab).token,
+                        top.sample_top(values.data() + r * n, ids.data() + r * n, n, vocab).token)
+                  << "row " << r << " T " << temperature << " top_k " << top_k << " top_p " << top_p << " min_p "
+                  << min_p << " draw " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows need the whole vocabulary with logit_bias, penalties, logprobs, no top-k or top-k of the
+// whole vocabulary; sample_top() refuses them, and too few candidates for the top-k.
+TEST(Sampler, TopWidthNamesWhatSampleTopNeeds) {
+  const int64_t vocab = 5;
+  SamplingParams p;
+  EXPECT_EQ(Sampler::top_width(p, vocab), 1);
+  p.temperature = 1.0f;
+  EXPECT_EQ(Sampler::top_width(p, vocab), 0);  // top_k 0: all of the row
+  p.top_k = 5;
+  EXPECT_EQ(Sampler::top_width(p, vocab), 0);  // the whole vocabulary: the top-p sum is in token order
+  p.top_k = 4;
+  EXPECT_EQ(Sampler::top_width(p, vocab), 4);
+  const auto without = [&](auto change) {
+    SamplingParams q = p;
+    change(q);
+    return Sampler::top_width(q, vocab);
+  };
+  EXPECT_EQ(without([](SamplingParams& q) { q.logprobs = 0; }), 0);
+  EXPECT_EQ(without([](SamplingParams& q) { q.logit_bias = {{1, 1.0f}}; }), 0);
+  EXPECT_EQ(without([](SamplingParams& q) { q.repetition_penalty = 1.1f; }), 0);
+  EXPECT_EQ(without([](SamplingParams& q) { q.presence_penalty = 0.5f; }), 0);
+  EXPECT_EQ(without([](SamplingParams& q) { q.frequency_penalty = 0.5f; }), 0);
+  const std::vector<float> values = {3.0f, 2.9f, 2.0f};
+  const std::vector<int32_t> ids = {1, 4, 2};
+  EXPECT_THROW(Sampler(p).sample_top(values.data(), ids.data(), 3, vocab), Error);  // top_k 4 > 3 given
+  p.logprobs = 1;
+  EXPECT_THROW(Sampler(p).sample_top(values.data(), ids.data(), 3, vocab), Error);
 }
 
 TEST(Sampler, ValidateNamesTheField) {
