@@ -3,7 +3,8 @@
 // groups + gate_up with fused SiLU-mul + down + fixed-order combine) with experts stored as BF16,
 // W2 (2-bit codes + UE8M0 scales) and MXFP4 (e2m1 nibbles + UE8M0 scales), at batch 1, 4, 8 with
 // top-8 routing over 128 experts on DeepSeek-V3 (hidden 7168, inner 2048) and Qwen3-235B
-// (4096 x 1536) expert shapes, and a dense GEMV (an LM head, 151936 x 4096). Bytes counted are
+// (4096 x 1536) expert shapes (W2 also at batch 2048, a prefill, with its TFLOP/s), and a dense
+// GEMV (an LM head, 151936 x 4096). Bytes counted are
 // those actually read: each distinct routed expert's codes + scales (or BF16 weights) once, plus
 // the FP32 activations (x rows and the act rows). Consecutive calls cycle through 4 random
 // routings, so an expert set small enough for the 50 MB L2 is not simply re-read from it. Two
@@ -112,7 +113,9 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     for (const Tensor* t : {&w.gate_up, &w.gate_up_scales, &w.down, &w.down_scales})
       if (!t->empty()) out.push_back({t->data, int64_t(t->bytes())});
   };
-  for (int64_t rows : {1, 4, 8}) {
+  std::vector<int64_t> batches = {1, 4, 8};
+  if (format == "w2") batches.push_back(2048);  // a prefill: the W2 prefill kernels (moe_w2_prefill.h)
+  for (int64_t rows : batches) {
     std::vector<Tensor> id_ts;
     std::vector<std::vector<ByteRegion>> read_sets;
     double distinct = 0.0;
@@ -154,10 +157,13 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
                 "  | read ceiling %7.1f us (%5.1f%% of copy), op at %5.1f%% of it\n",
                 format.c_str(), name, long(rows), distinct, eager * 1e6, graph * 1e6, gbs, 100.0 * gbs / copy_gbs,
                 ceiling * 1e6, 100.0 * ceiling_fraction, 100.0 * ceiling / graph);
+    // The products' FLOPs (2 per weight and item), for batches that are compute-bound.
+    const double tflops = 2.0 * double(rows * top_k) * 3.0 * double(hidden * inner) / graph / 1e12;
+    if (rows > 8) std::printf("      %-22s batch %ld  %.1f TFLOP/s\n", name, long(rows), tflops);
     rows_out.push_back({{"batch", rows}, {"distinct_experts", distinct}, {"bytes", bytes}, {"us_eager", eager * 1e6},
                         {"us_graph", graph * 1e6}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs},
                         {"us_read_ceiling", ceiling * 1e6}, {"read_ceiling_fraction_of_copy", ceiling_fraction},
-                        {"fraction_of_read_ceiling", ceiling / graph}});
+                        {"fraction_of_read_ceiling", ceiling / graph}, {"tflops", tflops}});
   }
   return {{"op", "moe_experts_" + format}, {"shape", name}, {"hidden", hidden}, {"inner", inner}, {"top_k", top_k},
           {"experts", experts}, {"expert_bytes", expert_bytes}, {"results", rows_out}};

@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
+#include "kernels/cuda/moe_w2_prefill.h"
 #include "kernels/cuda/pass_size.h"
 #include "kernels/cuda/streaming_load.cuh"
 #include "kernels/cuda/w2_mma.cuh"
@@ -61,14 +62,6 @@ constexpr int kDepth = MOET_W2_DEPTH;    // units (a tile block's chunk) in flig
 constexpr int kPrepareThreads = 256;
 constexpr int64_t kPairFloats = 4 * 32;  // a warp's accumulators of one item pair
 
-// Tiles per pass and chunks per tile of the gate_up (true) or down product.
-struct ProductShape {
-  int64_t tiles, chunks;
-};
-__host__ __device__ inline ProductShape product_shape(const MoeArgs& a, bool gate_up) {
-  return gate_up ? ProductShape{a.inner / 8, a.hidden_padded / kW2ChunkCols}
-                 : ProductShape{a.hidden / kW2TileRows, a.inner_padded / kW2ChunkCols};
-}
 
 // Block 0 of prepare, after grouping: cuts each active expert's items into passes of pass_items,
 // one thread per expert; `shared` (>= experts ints) holds the pass counts, then their offsets.
@@ -293,7 +286,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_pr
   pdl_trigger();
   constexpr int R = kTileBlock<P>;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const ProductShape shape = product_shape(a, kGateUp);
+  const W2ProductShape shape = w2_product_shape(a, kGateUp);
   const int tiles = int(shape.tiles), chunks = int(shape.chunks), blocks = (tiles + R - 1) / R;
   const int per_pass = blocks * chunks;
   const int64_t units = int64_t(a.active_count[1]) * per_pass;
@@ -416,7 +409,10 @@ int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
 }
 
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {
-  const int64_t items = rows * top_k, pairs = w2_pairs_per_pass(rows, top_k, experts);
+  const int64_t items = rows * top_k;
+  if (items >= kW2PrefillMinItemsPerExpert * experts && w2_prefill_fits())
+    return {std::min(items, experts) + items / kW2PrefillPassItems + 1, 0, 0, kW2PrefillPassItems};
+  const int64_t pairs = w2_pairs_per_pass(rows, top_k, experts);
   const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;
   const int64_t partial = pairs == 1 ? partial_floats<1>() : pairs == 2 ? partial_floats<2>() : partial_floats<4>();
   const int64_t blocks = std::max(inner / 8, hidden / kW2TileRows) / 2 + 1;  // tile blocks of at least 2
@@ -432,6 +428,7 @@ void moe_w2_launch(const MoeArgs& a, cudaStream_t stream) {
                                              size_t(moe_group_shared_ints(a.experts, kPrepareThreads)) * sizeof(int32_t),
                                              1, stream, a);
   switch (a.pass_items) {
+    case kW2PrefillPassItems: w2_prefill_products(a, stream); break;
     case 2: w2_products<1>(a, stream); break;
     case 4: w2_products<2>(a, stream); break;
     default: w2_products<4>(a, stream); break;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/w2_tiles.h"
 
 namespace moet::cuda {
 
@@ -20,5 +21,14 @@ struct W2Scratch {
 W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner);
 
 void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
+
+// 16-row tiles and 128-column chunks of the gate_up (true) or down product of a (w2_tiles.h).
+struct W2ProductShape {
+  int64_t tiles, chunks;
+};
+__host__ __device__ inline W2ProductShape w2_product_shape(const MoeArgs& a, bool gate_up) {
+  return gate_up ? W2ProductShape{a.inner / 8, a.hidden_padded / kW2ChunkCols}
+                 : W2ProductShape{a.hidden / kW2TileRows, a.inner_padded / kW2ChunkCols};
+}
 
 }  // namespace moet::cuda

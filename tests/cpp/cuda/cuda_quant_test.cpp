@@ -1,13 +1,16 @@
 // The W2 and MXFP4 routed-expert kernels against the CPU backend (kernels/cpu/w2_matmul.h) on
 // random codes and scales: every code value, scale bytes around 127 plus the subnormal byte 0,
-// batch sizes 1 to 64 (every pass size that pass_size.h can pick, experts with more rows than one
-// pass, more items than the grouping block has threads), hidden/inner multiples of 32 that leave
+// batch sizes 1 to 300 (every pass size that pass_size.h can pick, experts with more rows than one
+// pass, more items than the grouping block has threads, the W2 prefill kernels of
+// moe_w2_prefill.h with experts of several passes and partial tile groups), hidden/inner
+// multiples of 32 that leave
 // lanes idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results
 // agree within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU).
 // GPU cases skip with a message when no GPU is visible; the pass-size choice is host code and
 // always runs.
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/moe_w2_prefill.h"
 
 #include <numeric>
 #include <set>
@@ -71,13 +74,22 @@ constexpr MoeShape kMoeShapes[] = {
     {8, 2, 64, 32, 1}, {8, 2, 64, 32, 2},  {8, 2, 64, 32, 3},  {8, 2, 64, 32, 4},     {8, 2, 64, 32, 5},
     {8, 2, 64, 32, 8}, {8, 2, 64, 32, 20}, {4, 2, 64, 32, 64}, {16, 4, 256, 96, 5},   {12, 3, 2080, 1056, 1},
     {12, 3, 2080, 1056, 7}, {10, 8, 512, 64, 4}, {16, 8, 256, 96, 40}, {8, 8, 7168, 2048, 1}, {8, 8, 7168, 2048, 8},
+    {8, 2, 256, 96, 300},  {8, 8, 2048, 768, 64},  // prefill: W2 passes of 64 items
 };
+
+// Whether W2 runs a shape on the prefill kernels (needs the GPU's shared-memory limit).
+bool w2_prefill(const MoeShape& s) {
+  return cuda::moe_w2_scratch(s.rows, s.top_k, s.experts, s.hidden, s.inner).pass_items == cuda::kW2PrefillPassItems;
+}
 
 class CudaQuantMoe : public ::testing::TestWithParam<ExpertFormat> {};
 
 TEST_P(CudaQuantMoe, MatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
   const ExpertFormat f = GetParam();
+  int prefill_shapes = 0;
+  for (const MoeShape& s : kMoeShapes) prefill_shapes += w2_prefill(s);
+  EXPECT_EQ(cuda::w2_prefill_fits() ? 3 : 0, prefill_shapes);  // {4, 2, 64, 32, 64} and the last two
   for (const MoeShape& s : kMoeShapes) check_quant_moe(f, s.experts, s.top_k, s.hidden, s.inner, s.rows);
 }
 
