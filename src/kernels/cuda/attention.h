@@ -37,17 +37,18 @@ struct PagedKvArgs {
 
 struct AttentionArgs {
   PagedKvArgs cache;
-  const int32_t* positions;     // [rows]
-  const int32_t* row_seq;       // [rows]
+  const int32_t* positions;     // [step rows]
+  const int32_t* row_seq;       // [step rows]
   const int32_t* block_tables;  // [sequences, table_stride]
   int64_t table_stride;
-  const float* q;               // [rows, q_heads, q_stride]
-  int64_t rows, q_heads, q_stride;
+  const float* q;               // [step rows, q_heads, q_stride]
+  int64_t rows, q_heads, q_stride;  // rows: those this launch serves
   float scale;
-  float* out;                   // [rows, q_heads, v_dim]
+  float* out;                   // [step rows, q_heads, v_dim]
   int64_t max_keys;             // keys a row can have at most (table_stride * block_size)
   float* partials;              // attention_partial_floats(*this) floats (split steps)
   int32_t* counters;            // kAttentionMaxSplitUnits zeros; the kernel leaves them zero
+  const int32_t* row_ids = nullptr;  // [rows]: the step rows served (positions, q, out); null: 0..rows-1
 };
 
 // Scratch floats the launch needs in `partials`: 0 when the step runs fused. Depends only on the
