@@ -1,6 +1,11 @@
-// Paged causal attention on the GPU, for prefill and decode rows alike, GQA and MLA (V aliasing
-// K: the latent cache), with the semantics of kernels/cpu/attention.h: query row t, head h sees
-// keys 0..positions[t] of its sequence through the block table.
+// Paged causal attention on the GPU, for decode rows and every row the tensor-core prefill
+// kernel does not take, GQA and MLA (V aliasing K: the latent cache), with the semantics of
+// kernels/cpu/attention.h: query row t, head h sees keys 0..positions[t] of its sequence through
+// the block table. Which kernel serves what: runs of two or more consecutive positions of one
+// sequence in eager steps, GQA with separate K and V caches and head dims 64 / 128, go to
+// prefill_attention.h (tensor cores); everything else (decode rows, captured steps, MLA, other
+// head dims) to attention_launch here, possibly in the same op for a step's other rows
+// (AttentionArgs::row_ids). The two give a row different last bits.
 //
 // Flash-decoding style, with nothing sized by a host-side key count (so a captured CUDA graph
 // stays valid as contexts grow): each row reads its key count from positions[t] on the device.

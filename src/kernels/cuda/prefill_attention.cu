@@ -12,7 +12,8 @@
 //      masked by position in FP32; online softmax: running max m and sum l per row (the 4 lanes of a
 //      row: a fixed xor-shuffle tree), O rescaled by exp(m_old - m_new); P = exp(S - m) in
 //      registers becomes the A operand of P V (the accumulator layout of S is the A layout of P),
-//      V fragments by ldmatrix.trans; each key tile's P V is folded into O in FP32.
+//      V fragments by ldmatrix.trans; steps 2 run per 16 keys (attend_keys), whose P V is
+//      folded into O in FP32.
 // O / l at the end. Fixed order everywhere: bit-identical run to run.
 //
 // Accuracy. An FP32 x is exactly hi + mid + lo (BF16 pieces: hi = bf16(x), mid = bf16(x - hi),
@@ -21,7 +22,8 @@
 // |x y|): FP32-level products, every BF16 product exact in the MMA's FP32 accumulator. Tensor-core
 // FP32 accumulation truncates (about 2^-23 of the running sum per MMA), so the hi hi products,
 // which carry the magnitude, accumulate apart from the rest (at most 2^-7 of them) and the two are
-// added in FP32; P V accumulates per key tile and is folded into O with rounded FP32 operations.
+// added in FP32. P V of 16 keys is one k-step: its six MMAs share a fresh accumulator (five
+// truncations of ~2^-23 of it), folded into O with rounded FP32 operations.
 // Two pieces (hi + lo: 16 bits, 3 products) are not enough for the CPU tolerance (2e-5 relative
 // to max(1, max |out|)): each operand is then off by up to 2^-16, a score by 3 * 2^-16 *
 // scale * sum |q_i k_i| (about sqrt(head dim) for normalised heads: ~5e-4, a relative error of

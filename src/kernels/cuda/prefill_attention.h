@@ -8,9 +8,12 @@
 // with consecutive positions, times H query heads of one KV head (64 (row, head) slots, 16 per
 // warp). The host lists the tiles (PrefillTile, in any order: each tile's result does not depend
 // on the others) and the kernel streams the tile's keys in ascending tiles of 32 through shared
-// memory, converting them to BF16 pieces on the way in; online softmax in FP32. A row's bits
-// depend on its tile's first position and slot (a fixed reduction order, no atomics:
-// bit-identical run to run) but differ in the last bits from attention_launch's for the same row.
+// memory, converting them to BF16 pieces on the way in; online softmax in FP32. Fixed reduction
+// order, no atomics: bit-identical run to run. By construction a row's bits depend only on its
+// query, position and keys (key tiles start at key 0 for every tile, keys past a row's position
+// leave its state unchanged bit for bit, an MMA's output row depends only on its A row), not on
+// its tile or the other rows (not tested yet); they differ in the last bits from
+// attention_launch's for the same row.
 #pragma once
 
 #include "kernels/cuda/attention.h"
