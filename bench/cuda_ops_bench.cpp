@@ -342,9 +342,10 @@ int main(int argc, char** argv) {
   gemv_fp8(7168, 2048, "shared down");
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
-  for (int64_t q_heads : {32, 64})
-    run("prefill attention " + std::to_string(q_heads),
-        [&] { return moet::bench_prefill_attention(bench, q_heads, 2048); });
+  for (int64_t tokens : {2048, 4096})
+    for (int64_t q_heads : {32, 64})
+      run("prefill attention " + std::to_string(q_heads) + " " + std::to_string(tokens),
+          [&] { return moet::bench_prefill_attention(bench, q_heads, tokens); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});

@@ -36,7 +36,7 @@ constexpr size_t kStagingBytes = size_t(32) << 20;
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for(options)) {
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  for (PinnedBuffer* buffer : {&staging_[0], &staging_[1], &step_staging_}) {
+  for (PinnedBuffer* buffer : {&staging_[0], &staging_[1], &step_staging_, &prefill_staging_}) {
     cuda_check(cudaEventCreateWithFlags(&buffer->done, cudaEventDisableTiming), "cudaEventCreate");
   }
   staging_[0].reserve(kStagingBytes);

@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/head_norm_rope.h"
+#include "kernels/cuda/prefill_attention.h"
 
 #include <cuda_runtime_api.h>
 
@@ -146,6 +147,7 @@ class CudaBackend final : public Backend {
   void chain_op(std::string name);
   void chain_end();
   void evict_oldest_graph();
+  void upload_prefill_tiles(int64_t tile_rows);
 
   // For the ops: the cache's kernel view and the step inputs in the device buffer (begin_step()).
   cuda::PagedKvArgs kv_args(KvLayerCache& cache) const {
@@ -212,6 +214,16 @@ class CudaBackend final : public Backend {
   size_t slots_offset_ = 0, tables_offset_ = 0;
   int64_t table_stride_ = 0;
   Tensor attention_counters_;  // zeros between attention launches (attention.h)
+  // Prefill attention (cuda_backend_ops.cpp attention()): begin_step() lists the step's runs of
+  // two or more rows of one sequence at consecutive positions, and the other rows; the first eager
+  // attention() of the step that takes the prefill kernel cuts the runs into query tiles and
+  // uploads tiles and other rows: [tiles][other rows] in prefill_device_.
+  std::vector<cuda::PrefillTile> prefill_runs_;
+  std::vector<int32_t> prefill_other_rows_;
+  int64_t prefill_tile_rows_ = 0, prefill_tiles_ = 0;  // of the uploaded list; 0 rows: none this step
+  PinnedBuffer prefill_staging_;
+  std::shared_ptr<void> prefill_device_;
+  size_t prefill_device_bytes_ = 0;
   bool debug_sync_ = false;
   std::string name_;
 

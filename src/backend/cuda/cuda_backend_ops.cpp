@@ -15,6 +15,7 @@
 #include "kernels/cuda/head_norm_rope.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/top_logits.h"
@@ -185,6 +186,10 @@ void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v
 // Key counts come from the device (positions), so nothing here depends on the context length
 // beyond the table stride bucket (part of every graph key); split steps (decode-sized, same
 // bits either way: attention.h) get partials scratch and the persistent zeroed counters.
+// Eager steps with runs of consecutive positions (prefill, chunked prefill, the prefill part of
+// mixed steps) attend those rows on the tensor cores (prefill_attention.h) when it serves the
+// cache, and the step's other rows with attention_launch; captured steps (decode) never do, so a
+// decode row's bits do not depend on whether its step is captured.
 void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                             Tensor& out) {
   const PagedKv& view = cache.view;
@@ -195,13 +200,26 @@ void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_head
   AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
                      q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(),
                      table_stride_ * step_.block_size, nullptr, attention_counters_.as<int32_t>()};
-  Tensor partials;
-  if (const int64_t floats = attention_partial_floats(args); floats > 0) {
-    partials = alloc({floats});
-    args.partials = partials.as<float>();
+  const bool prefill = !capturing_ && !prefill_runs_.empty() && rows == step_.rows &&
+                       prefill_attention_supports(args.cache, q_heads);
+  if (prefill) {
+    upload_prefill_tiles(prefill_attention_tile_rows(args.cache, q_heads));
+    const auto* tiles = static_cast<const PrefillTile*>(prefill_device_.get());
+    prefill_attention_launch(args, tiles, prefill_tiles_, stream_);
+    args.rows = int64_t(prefill_other_rows_.size());
+    args.row_ids = reinterpret_cast<const int32_t*>(tiles + prefill_tiles_);
   }
-  attention_launch(args, stream_);
-  check_launch("attention");
+  Tensor partials;
+  if (args.rows > 0) {
+    if (const int64_t floats = attention_partial_floats(args); floats > 0) {
+      partials = alloc({floats});
+      args.partials = partials.as<float>();
+    }
+    attention_launch(args, stream_);
+  }
+  check_launch("attention", [&] {
+    return std::string(!prefill ? "attention" : args.rows > 0 ? "prefill_attention+attention" : "prefill_attention");
+  });
 }
 
 void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) {

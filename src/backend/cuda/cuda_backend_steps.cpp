@@ -50,6 +50,19 @@ void CudaBackend::begin_step(const StepInputs& step) {
                  step.tokens[t], step.vocab);
     seq_blocks_[size_t(seq)] = std::max(seq_blocks_[size_t(seq)], (int64_t(pos) + block_size) / block_size);
   }
+  prefill_runs_.clear();
+  prefill_other_rows_.clear();
+  prefill_tile_rows_ = prefill_tiles_ = 0;
+  for (int64_t t = 0, end; t < step.rows; t = end) {  // runs: one sequence, consecutive positions
+    for (end = t + 1; end < step.rows && step.row_seq[end] == step.row_seq[t] &&
+                      step.positions[end] == step.positions[end - 1] + 1;)
+      ++end;
+    if (end - t >= 2) {
+      prefill_runs_.push_back({step.row_seq[t], int32_t(t), int32_t(end - t), step.positions[t]});
+    } else {
+      prefill_other_rows_.push_back(int32_t(t));
+    }
+  }
   const int64_t max_blocks = *std::max_element(seq_blocks_.begin(), seq_blocks_.end());
   int64_t stride = 1;
   while (stride < max_blocks) stride *= 2;
@@ -87,6 +100,39 @@ void CudaBackend::begin_step(const StepInputs& step) {
              "uploading the step inputs");
   cuda_check(cudaEventRecord(step_staging_.done, stream_), "cudaEventRecord");
   check_launch("step_upload");
+}
+
+// The step's runs cut into query tiles of tile_rows rows, longest key range first (so the longest
+// tiles start first; each tile's result does not depend on the order), then the step's other
+// rows, uploaded through pinned staging into prefill_device_ (which only grows). Once per step
+// and tile height.
+void CudaBackend::upload_prefill_tiles(int64_t tile_rows) {
+  if (prefill_tile_rows_ == tile_rows) return;
+  std::vector<PrefillTile> tiles;
+  for (const PrefillTile& run : prefill_runs_)
+    for (int32_t first = 0; first < run.rows; first += int32_t(tile_rows))
+      tiles.push_back({run.seq, run.first_row + first, std::min(int32_t(tile_rows), run.rows - first),
+                       run.first_position + first});
+  std::stable_sort(tiles.begin(), tiles.end(), [](const PrefillTile& a, const PrefillTile& b) {
+    return a.first_position + a.rows > b.first_position + b.rows;
+  });
+  const size_t tile_bytes = tiles.size() * sizeof(PrefillTile);
+  const size_t bytes = tile_bytes + prefill_other_rows_.size() * sizeof(int32_t);
+  if (bytes > prefill_device_bytes_) {
+    prefill_device_bytes_ = std::max(bytes, 2 * prefill_device_bytes_);
+    prefill_device_.reset();
+    prefill_device_ = memory_.allocate(prefill_device_bytes_);
+  }
+  prefill_staging_.reserve(bytes);
+  prefill_staging_.wait();
+  auto* base = static_cast<uint8_t*>(prefill_staging_.data);
+  std::memcpy(base, tiles.data(), tile_bytes);
+  std::memcpy(base + tile_bytes, prefill_other_rows_.data(), prefill_other_rows_.size() * sizeof(int32_t));
+  cuda_check(cudaMemcpyAsync(prefill_device_.get(), base, bytes, cudaMemcpyHostToDevice, stream_),
+             "uploading the prefill tiles");
+  cuda_check(cudaEventRecord(prefill_staging_.done, stream_), "cudaEventRecord");
+  prefill_tile_rows_ = tile_rows;
+  prefill_tiles_ = int64_t(tiles.size());
 }
 
 // Replays the graph of (key, step layout), or captures body() into a new one (relaxed capture

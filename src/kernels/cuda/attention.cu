@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   pdl_trigger();
   pdl_wait();  // q and the KV cache come from the previous kernels
   const int group = int(blockIdx.x), z = int(blockIdx.z);
-  const int64_t t = blockIdx.y;
+  const int64_t unit = blockIdx.y, t = a.row_ids ? a.row_ids[unit] : unit;  // scratch by unit, data by row t
   const int keys = a.positions[t] + 1, leaves = int(ceil_div(keys, p.leaf));
   const int per_segment = int(kAttentionSegment) / p.leaf;
   const int used = p.splits == 1 ? 1 : p.by_leaf ? leaves : int(ceil_div(keys, kAttentionSegment));
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
 
   const int64_t width = partial_width(a.cache.v_dim);
   auto partial_at = [&](int h, int split) {
-    return a.partials + ((t * a.q_heads + head0 + h) * p.splits + split) * width;
+    return a.partials + ((unit * a.q_heads + head0 + h) * p.splits + split) * width;
   };
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   }
   __threadfence();
   __syncthreads();
-  int32_t* counter = a.counters + t * (a.q_heads / p.heads) + group;
+  int32_t* counter = a.counters + unit * (a.q_heads / p.heads) + group;
   if (threadIdx.x == 0) last_block = atomicAdd(counter, 1) == used - 1;
   __syncthreads();
   if (!last_block) return;

@@ -1,6 +1,11 @@
-// Paged causal attention on the GPU, for prefill and decode rows alike, GQA and MLA (V aliasing
-// K: the latent cache), with the semantics of kernels/cpu/attention.h: query row t, head h sees
-// keys 0..positions[t] of its sequence through the block table.
+// Paged causal attention on the GPU, for decode rows and every row the tensor-core prefill
+// kernel does not take, GQA and MLA (V aliasing K: the latent cache), with the semantics of
+// kernels/cpu/attention.h: query row t, head h sees keys 0..positions[t] of its sequence through
+// the block table. Which kernel serves what: runs of two or more consecutive positions of one
+// sequence in eager steps, GQA with separate K and V caches and head dims 64 / 128, go to
+// prefill_attention.h (tensor cores); everything else (decode rows, captured steps, MLA, other
+// head dims) to attention_launch here, possibly in the same op for a step's other rows
+// (AttentionArgs::row_ids). The two give a row different last bits.
 //
 // Flash-decoding style, with nothing sized by a host-side key count (so a captured CUDA graph
 // stays valid as contexts grow): each row reads its key count from positions[t] on the device.
@@ -37,17 +42,18 @@ struct PagedKvArgs {
 
 struct AttentionArgs {
   PagedKvArgs cache;
-  const int32_t* positions;     // [rows]
-  const int32_t* row_seq;       // [rows]
+  const int32_t* positions;     // [step rows]
+  const int32_t* row_seq;       // [step rows]
   const int32_t* block_tables;  // [sequences, table_stride]
   int64_t table_stride;
-  const float* q;               // [rows, q_heads, q_stride]
-  int64_t rows, q_heads, q_stride;
+  const float* q;               // [step rows, q_heads, q_stride]
+  int64_t rows, q_heads, q_stride;  // rows: those this launch serves
   float scale;
-  float* out;                   // [rows, q_heads, v_dim]
+  float* out;                   // [step rows, q_heads, v_dim]
   int64_t max_keys;             // keys a row can have at most (table_stride * block_size)
   float* partials;              // attention_partial_floats(*this) floats (split steps)
   int32_t* counters;            // kAttentionMaxSplitUnits zeros; the kernel leaves them zero
+  const int32_t* row_ids = nullptr;  // [rows]: the step rows served (positions, q, out); null: 0..rows-1
 };
 
 // Scratch floats the launch needs in `partials`: 0 when the step runs fused. Depends only on the

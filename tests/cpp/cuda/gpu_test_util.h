@@ -14,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace moet::test {
@@ -98,6 +99,16 @@ inline double max_rel_diff(BackendPair& p, const std::pair<Tensor, Tensor>& t) {
     scale = std::max(scale, std::fabs(double(a[i])));
   }
   return diff / scale;
+}
+
+// The profile names of the attention ops the backend ran since the last take_profile() (the
+// CUDA backend names the kernels: "attention", "prefill_attention", "prefill_attention+attention");
+// profiling must be on (set_profiling) from the step's begin_step().
+inline std::vector<std::string> attention_ops(Backend& backend) {
+  std::vector<std::string> names;
+  for (const OpProfile& op : backend.take_profile())
+    if (op.op.find("attention") != std::string::npos) names.push_back(op.op);
+  return names;
 }
 
 }  // namespace moet::test

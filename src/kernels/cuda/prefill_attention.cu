@@ -1,0 +1,347 @@
+// Prefill attention on the tensor cores (see prefill_attention.h), launched as a programmatic
+// dependent launch (launch.cuh) that waits for the previous kernel before touching memory.
+//
+// A block (4 warps) serves one query tile: 64 (row, head) slots, slot s = row * H + head, warp w
+// the 16 slots 16w..16w+15 as the rows of its m16n8k16 MMAs (all of a tile's heads share the KV
+// head, so they share every key). Per key tile of 32 keys, with two barriers:
+//   1. the FP32 K and V rows (cp.async, issued one key tile ahead, each thread one key's quarter;
+//      block-table entries fetched one key tile before that) are split into BF16 pieces in shared
+//      memory, [K/V][piece][key][D + 8] (16-byte rows, the 8 rows of an ldmatrix phase on distinct
+//      banks); keys past the tile's last position are zero (V must be: 0 * NaN is NaN);
+//   2. S = Q K^T (Q's pieces stay in registers; K fragments by ldmatrix), scaled and causally
+//      masked by position in FP32; online softmax: running max m and sum l per row (the 4 lanes of a
+//      row: a fixed xor-shuffle tree), O rescaled by exp(m_old - m_new); P = exp(S - m) in
+//      registers becomes the A operand of P V (the accumulator layout of S is the A layout of P),
+//      V fragments by ldmatrix.trans; steps 2 run per 16 keys (attend_keys), whose P V is
+//      folded into O in FP32.
+// O / l at the end. Fixed order everywhere: bit-identical run to run.
+//
+// Accuracy. An FP32 x is exactly hi + mid + lo (BF16 pieces: hi = bf16(x), mid = bf16(x - hi),
+// lo = bf16(x - hi - mid); 24 bits in three 8-bit pieces). A product x y is taken as hi hi +
+// (hi mid + mid hi + hi lo + lo hi + mid mid), dropping mid lo, lo mid, lo lo (each below 2^-24 of
+// |x y|): FP32-level products, every BF16 product exact in the MMA's FP32 accumulator. Tensor-core
+// FP32 accumulation truncates (about 2^-23 of the running sum per MMA), so the hi hi products,
+// which carry the magnitude, accumulate apart from the rest (at most 2^-7 of them) and the two are
+// added in FP32. P V of 16 keys is one k-step: its six MMAs share a fresh accumulator (five
+// truncations of ~2^-23 of it), folded into O with rounded FP32 operations.
+// Two pieces (hi + lo: 16 bits, 3 products) are not enough for the CPU tolerance (2e-5 relative
+// to max(1, max |out|)): each operand is then off by up to 2^-16, a score by 3 * 2^-16 *
+// scale * sum |q_i k_i| (about sqrt(head dim) for normalised heads: ~5e-4, a relative error of
+// the weights exp(s - m) and so of the output), and P V by up to 3 * 2^-16 |v| ~ 4.6e-5 |v| for
+// rows of few keys. So Q, K, P and V all take three pieces: 6 MMAs per product instead of 3.
+#include "kernels/cuda/prefill_attention.h"
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/w2_mma.cuh"
+
+#include <cuda_bf16.h>
+
+namespace moet::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kKeys = 32;       // keys per key tile
+constexpr int kPieces = 3;      // BF16 pieces per FP32 operand
+constexpr int kCopyLanes = 4;   // threads staging one key's K and V rows
+constexpr int kSmall = 5;       // the products below hi hi (small_pieces)
+static_assert(kWarps * 16 == kPrefillSlots, "a warp's MMA rows are 16 slots");
+static_assert(kThreads == kKeys * kCopyLanes, "each thread stages a quarter of one key");
+
+template <int D>
+struct Layout {
+  static constexpr int pitch = D + 8;                  // BF16 per staged piece row
+  static constexpr int stage_floats = 2 * kKeys * D;   // FP32 K rows, then V rows
+  static constexpr int piece_elems = kKeys * pitch;    // one piece of K or of V
+  static constexpr size_t bytes = sizeof(float) * stage_floats + sizeof(__nv_bfloat16) * 2 * kPieces * piece_elems;
+};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Four 8x8 BF16 matrices whose rows lanes 8i..8i+7 address (matrix i into r[i]); .trans gives
+// each lane column elements instead of row elements.
+template <bool Trans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+  }
+}
+
+// Product i of the small ones: its A piece (operand 0) or B piece (operand 1).
+__device__ constexpr int small_piece(int i, int operand) {
+  constexpr int pieces[kSmall][2] = {{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 1}};
+  return pieces[i][operand];
+}
+
+__device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+
+// The three BF16 pieces of the pair (x, y), x in the low half of each word (the lower k / column
+// index of an MMA fragment register).
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t (&out)[kPieces]) {
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+  const float x1 = x - __low2float(hi), y1 = y - __high2float(hi);  // exact
+  const __nv_bfloat162 mid = __floats2bfloat162_rn(x1, y1);
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x1 - __low2float(mid), y1 - __high2float(mid));  // exact
+  out[0] = bits(hi);
+  out[1] = bits(mid);
+  out[2] = bits(lo);
+}
+
+// hi[n] += A.hi B.hi and small[n] += the other products, for n-tiles n0 and n0 + 1 whose B
+// fragments (per piece) are b[piece][2 * (n - n0) .. + 1]; A per piece.
+__device__ __forceinline__ void mma_pieces(float (&hi)[4], float (&small)[4], const uint32_t (&a)[kPieces][4],
+                                           const uint32_t (&b)[kPieces][4], int half) {
+  mma_bf16_16816(hi, a[0][0], a[0][1], a[0][2], a[0][3], b[0][2 * half], b[0][2 * half + 1]);
+#pragma unroll
+  for (int i = 0; i < kSmall; ++i) {
+    const int pa = small_piece(i, 0), pb = small_piece(i, 1);
+    mma_bf16_16816(small, a[pa][0], a[pa][1], a[pa][2], a[pa][3], b[pb][2 * half], b[pb][2 * half + 1]);
+  }
+}
+
+// Online softmax over the 16 staged keys first_key.. (pieces rows `sub`..): the scaled, causally
+// masked scores S = Q K^T (two n-tiles of 8 keys; one ldmatrix.x4 per piece and k-step), the rows'
+// new maxima m (the 4 lanes of a row: an xor-shuffle tree), this lane's share l of the sums,
+// P = exp(S - m) as the A operand of P V (S's accumulator layout is P's A layout) and O = O *
+// exp(m_old - m) + P V, 16 output columns (two n-tiles, one ldmatrix.x4.trans per piece) at a time.
+template <int D>
+__device__ __forceinline__ void attend_keys(const __nv_bfloat16* pieces, int sub, int first_key,
+                                            const int (&position)[2], float scale,
+                                            const uint32_t (&q)[D / 16][kPieces][4], float (&o)[D / 8][4],
+                                            float (&m)[2], float (&l)[2]) {
+  using L = Layout<D>;
+  const int lane = int(threadIdx.x) & 31, c = lane & 3;
+  float s_hi[2][4] = {}, s_small[2][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t kb[kPieces][4];
+    const int key = sub + (lane & 7) + 8 * (lane >> 4), d = 16 * ks + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) ldmatrix_x4<false>(kb[p], pieces + p * L::piece_elems + key * L::pitch + d);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) mma_pieces(s_hi[half], s_small[half], q[ks], kb, half);
+  }
+
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float s = __fmul_rn(__fadd_rn(s_hi[n][e], s_small[n][e]), scale);
+      s_hi[n][e] = first_key + 8 * n + 2 * c + (e & 1) <= position[e >> 1] ? s : -INFINITY;
+      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s_hi[n][e]);
+    }
+  float alpha[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+    // Finite: every row sees key 0. A row that sees none of these 16 keys keeps m (alpha 1, P 0).
+    const float m_new = fmaxf(m[i], tile_max[i]);
+    alpha[i] = expf(m[i] - m_new);
+    m[i] = m_new;
+    l[i] = __fmul_rn(l[i], alpha[i]);
+  }
+  uint32_t pf[kPieces][4];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s_hi[n][e] = expf(s_hi[n][e] - m[e >> 1]);  // 0 where masked
+      l[e >> 1] = __fadd_rn(l[e >> 1], s_hi[n][e]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // a0 / a1 (rows g / g + 8) from n-tile 0, a2 / a3 from n-tile 1
+      uint32_t split[kPieces];
+      split_pair(s_hi[n][2 * i], s_hi[n][2 * i + 1], split);
+#pragma unroll
+      for (int p = 0; p < kPieces; ++p) pf[p][2 * n + i] = split[p];
+    }
+  }
+
+#pragma unroll
+  for (int group = 0; group < D / 16; ++group) {
+    float t[2][4] = {};  // one k-step: its 6 MMAs may share the accumulator
+    uint32_t vb[kPieces][4];
+    const int key = sub + (lane & 15), d = 16 * group + 8 * (lane >> 4);
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p)
+      ldmatrix_x4<true>(vb[p], pieces + (kPieces + p) * L::piece_elems + key * L::pitch + d);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) mma_pieces(t[half], t[half], pf, vb, half);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float& out = o[2 * group + half][e];
+        out = __fadd_rn(__fmul_rn(out, alpha[e >> 1]), t[half][e]);
+      }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) prefill_attention_kernel(AttentionArgs a, const PrefillTile* tiles,
+                                                                     int heads) {
+  using L = Layout<D>;
+  constexpr int kSteps = D / 16;  // k-steps of Q K^T; 16-column groups of P V
+  extern __shared__ float4 shared4[];
+  float* const stage = reinterpret_cast<float*>(shared4);
+  __nv_bfloat16* const pieces = reinterpret_cast<__nv_bfloat16*>(stage + L::stage_floats);
+  pdl_trigger();
+  pdl_wait();  // the tiles, q and the KV cache come from the previous copies and kernels
+  const PrefillTile tile = tiles[blockIdx.x];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
+  const int64_t head0 = int64_t(blockIdx.y) * heads, kv_head = head0 / (a.q_heads / a.cache.kv_heads);
+
+  // This lane's two slots (MMA rows g and g + 8): tile row, query head. Slots past the tile's
+  // rows compute its last row again and store nothing.
+  const auto tile_row = [&](int i) { return min((16 * warp + g + 8 * i) / heads, tile.rows - 1); };
+  const auto query_head = [&](int i) { return head0 + (16 * warp + g + 8 * i) % heads; };
+  const int position[2] = {tile.first_position + tile_row(0), tile.first_position + tile_row(1)};
+
+  // Q's A fragments for each k-step, split into pieces.
+  uint32_t q[kSteps][kPieces][4];
+  {
+    const float* q_row[2] = {a.q + ((tile.first_row + tile_row(0)) * a.q_heads + query_head(0)) * a.q_stride,
+                             a.q + ((tile.first_row + tile_row(1)) * a.q_heads + query_head(1)) * a.q_stride};
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {  // a0: row g, a1: row g + 8, a2 / a3: columns + 8
+        const float* src = q_row[reg & 1] + 16 * ks + 8 * (reg >> 1) + 2 * c;
+        uint32_t split[kPieces];
+        split_pair(src[0], src[1], split);
+#pragma unroll
+        for (int p = 0; p < kPieces; ++p) q[ks][p][reg] = split[p];
+      }
+  }
+
+  // Staging: this thread copies float4s part, part + 4, ... of key `key` of each key tile.
+  const int keys = tile.first_position + tile.rows, key_tiles = (keys + kKeys - 1) / kKeys;
+  const int stage_key = int(threadIdx.x) / kCopyLanes, part = int(threadIdx.x) % kCopyLanes;
+  const int32_t* table = a.block_tables + int64_t(tile.seq) * a.table_stride;
+  const int block_size = int(a.cache.block_size);
+  const auto block_of = [&](int kt) {
+    const int key = kt * kKeys + stage_key;
+    return key < keys ? table[key / block_size] : 0;
+  };
+  const auto issue = [&](int kt, int32_t block) {
+    const int key = kt * kKeys + stage_key;
+    float* k_dst = stage + stage_key * D;
+    float* v_dst = k_dst + kKeys * D;
+    if (key < keys) {
+      const int64_t offset = (int64_t(block) * block_size + key % block_size) * a.cache.token_stride + kv_head * D;
+      const float *k_src = a.cache.k + offset, *v_src = a.cache.v + offset;
+#pragma unroll
+      for (int f = part; f < D / 4; f += kCopyLanes) {
+        cp_async16(k_dst + 4 * f, k_src + 4 * f);
+        cp_async16(v_dst + 4 * f, v_src + 4 * f);
+      }
+    } else {
+#pragma unroll
+      for (int f = part; f < D / 4; f += kCopyLanes) {
+        reinterpret_cast<float4*>(k_dst)[f] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        reinterpret_cast<float4*>(v_dst)[f] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    cp_async_commit();
+  };
+  issue(0, block_of(0));
+  int32_t next_block = key_tiles > 1 ? block_of(1) : 0;
+
+  float o[2 * kSteps][4] = {};            // output n-tiles of 8 columns
+  float m[2] = {-INFINITY, -INFINITY};    // running max of rows g, g + 8
+  float l[2] = {0.0f, 0.0f};              // this lane's share of the running sums
+  for (int kt = 0; kt < key_tiles; ++kt) {
+    cp_async_wait_all();
+    __syncthreads();  // key tile kt's rows have landed; every warp is done with the previous pieces
+#pragma unroll
+    for (int i = 0; i < L::stage_floats / 4 / kThreads; ++i) {  // split into pieces
+      const int f = int(threadIdx.x) + i * kThreads, which = f / (kKeys * D / 4), within = f % (kKeys * D / 4);
+      const int key = within / (D / 4), d = 4 * (within % (D / 4));
+      const float4 x = shared4[f];
+      uint32_t xy[kPieces], zw[kPieces];
+      split_pair(x.x, x.y, xy);
+      split_pair(x.z, x.w, zw);
+#pragma unroll
+      for (int p = 0; p < kPieces; ++p)
+        *reinterpret_cast<uint2*>(pieces + (which * kPieces + p) * L::piece_elems + key * L::pitch + d) =
+            make_uint2(xy[p], zw[p]);
+    }
+    __syncthreads();  // the pieces are ready, the stage is free
+    if (kt + 1 < key_tiles) {
+      issue(kt + 1, next_block);
+      if (kt + 2 < key_tiles) next_block = block_of(kt + 2);
+    }
+
+#pragma unroll 1
+    for (int sub = 0; sub < kKeys; sub += 16)
+      attend_keys<D>(pieces, sub, kt * kKeys + sub, position, a.scale, q, o, m, l);
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 1));
+    l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], 2));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if ((16 * warp + g + 8 * i) / heads >= tile.rows) continue;
+    float* out = a.out + ((tile.first_row + tile_row(i)) * a.q_heads + query_head(i)) * D + 2 * c;
+#pragma unroll
+    for (int n = 0; n < 2 * kSteps; ++n)
+      *reinterpret_cast<float2*>(out + 8 * n) =
+          make_float2(__fdiv_rn(o[n][2 * i], l[i]), __fdiv_rn(o[n][2 * i + 1], l[i]));
+  }
+}
+
+template <int D>
+void launch(const AttentionArgs& a, const PrefillTile* tiles, int64_t tile_count, int heads, cudaStream_t stream) {
+  static const cudaError_t opt_in = cudaFuncSetAttribute(
+      prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Layout<D>::bytes));
+  (void)opt_in;
+  launch_dependent_kernel<prefill_attention_kernel<D>>(dim3(unsigned(tile_count), unsigned(a.q_heads / heads)),
+                                                      dim3(kThreads), Layout<D>::bytes, 1, stream, a, tiles, heads);
+}
+
+}  // namespace
+
+bool prefill_attention_supports(const PagedKvArgs& cache, int64_t q_heads) {
+  return cache.v != cache.k && cache.k_dim == cache.v_dim && (cache.k_dim == 64 || cache.k_dim == 128) &&
+         cache.kv_heads > 0 && q_heads % cache.kv_heads == 0 && cache.token_stride % 4 == 0 && aligned16(cache.k) &&
+         aligned16(cache.v);
+}
+
+int64_t prefill_attention_heads(const PagedKvArgs& cache, int64_t q_heads) {
+  const int64_t group = q_heads / cache.kv_heads;
+  int64_t heads = 1;
+  while (heads < kPrefillSlots && group % (2 * heads) == 0) heads *= 2;
+  return heads;
+}
+
+void prefill_attention_launch(const AttentionArgs& a, const PrefillTile* tiles, int64_t tile_count,
+                              cudaStream_t stream) {
+  if (tile_count == 0) return;
+  const int heads = int(prefill_attention_heads(a.cache, a.q_heads));
+  if (a.cache.k_dim == 64) {
+    launch<64>(a, tiles, tile_count, heads, stream);
+  } else {
+    launch<128>(a, tiles, tile_count, heads, stream);
+  }
+}
+
+}  // namespace moet::cuda
