@@ -5,10 +5,11 @@
 // products (16 to 2048 rows) on the tensor cores next to the GEMV; the FP8-block GEMV (e4m3
 // codes, 128x128 F32 block scales) at DeepSeek-V3's dense shapes (q_a 1536 x 7168, q_b 24576 x
 // 1536, kv_a 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048;
-// labels "fp8 ...") at batch 1, 4, 8; paged decode attention (64 query / 4 KV heads of 128, KV
-// blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and the attention of a 2048-token
-// prefill; the router (Qwen3: softmax top-8 of 128; DeepSeek-V3: sigmoid, grouped top-8 of 256)
-// at batch 1 and 8; top_logits (the best 1, 50 and 256 logits per row, device sampling) over
+// labels "fp8 ...") at batch 1, 4, 8, and its prefill-sized products on the tensor cores next to
+// the GEMV (o and q_b; labels "gemm fp8 ..."); paged decode attention (64 query / 4 KV heads of
+// 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and the attention of a
+// 2048-token prefill; the router (Qwen3: softmax top-8 of 128; DeepSeek-V3: sigmoid, grouped
+// top-8 of 256) at batch 1 and 8; top_logits (the best 1, 50 and 256 logits per row, device sampling) over
 // vocabularies of 151936 (Qwen3) and 129280 (DeepSeek-V3) at batch 1, 8 and 64. Each op is
 // captured kCalls times into one CUDA graph (run_graph) and the graph replayed kReplays times,
 // so the time per call is what a decode step with graphs pays: kernel plus launch gap. Weights
@@ -160,15 +161,17 @@ nlohmann::json bench_gemv(Bench& b, int64_t n, int64_t k, const char* name, cons
   return {{"op", op}, {"name", name}, {"n", heights}, {"k", k}, {"results", rows_out}};
 }
 
-// Prefill-sized products y = x @ w^T (BF16 weights [n, k]) on the tensor cores (the backend's GEMM
-// from gemm_min_rows rows: two BF16 GEMMs over the split activations) and on the CUDA-core GEMV (a
+// Prefill-sized products y = x @ w^T (BF16 or FP8-block weights [n, k]) on the tensor cores (the
+// backend's GEMM from gemm_min_rows rows: two BF16 GEMMs over the split activations; FP8: the
+// weights decoded and split a scratch tile at a time, three GEMMs) and on the CUDA-core GEMV (a
 // second backend with gemm_min_rows = 0) in the same run: time per call and TFLOP/s counting the
 // product's 2 rows n k FLOPs once.
-nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, const char* name) {
-  const double bytes = double(n * k * 2);
+nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, const char* name, bool fp8 = false) {
+  const std::vector<int64_t> scales = fp8_block_scale_shape(n, k);
+  const double bytes = fp8 ? double(n * k + scales[0] * scales[1] * 4) : double(n * k * 2);
   nlohmann::json rows_out = nlohmann::json::array();
-  std::vector<Tensor> weights[2] = {bench_weights(b.backend, false, n, k, copies_for(bytes)),
-                                    bench_weights(gemv_only.backend, false, n, k, copies_for(bytes))};
+  std::vector<Tensor> weights[2] = {bench_weights(b.backend, fp8, n, k, copies_for(bytes)),
+                                    bench_weights(gemv_only.backend, fp8, n, k, copies_for(bytes))};
   for (int64_t rows : {16, 64, 256, 2048}) {
     double seconds[2];
     Bench* sides[2] = {&b, &gemv_only};
@@ -181,17 +184,21 @@ nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, cons
           y, [&](int i) { backend.matmul(x, weights[side][size_t(i) % weights[side].size()], nullptr, y); });
     }
     const double flops = 2.0 * double(rows * n * k);
-    std::printf("gemm %-16s %6ldx%-6ld rows %5ld  tensor cores %9.2f us %6.1f TFLOP/s   GEMV %9.2f us %6.1f TFLOP/s  "
-                "%5.2fx\n",
-                name, long(n), long(k), long(rows), seconds[0] * 1e6, flops / seconds[0] / 1e12, seconds[1] * 1e6,
-                flops / seconds[1] / 1e12, seconds[1] / seconds[0]);
+    std::printf("gemm %-3s %-16s %6ldx%-6ld rows %5ld  tensor cores %9.2f us %6.1f TFLOP/s   GEMV %9.2f us %6.1f "
+                "TFLOP/s  %5.2fx\n",
+                fp8 ? "fp8" : "", name, long(n), long(k), long(rows), seconds[0] * 1e6, flops / seconds[0] / 1e12,
+                seconds[1] * 1e6, flops / seconds[1] / 1e12, seconds[1] / seconds[0]);
     rows_out.push_back({{"rows", rows},
                         {"gemm_us", seconds[0] * 1e6},
                         {"gemm_tflops", flops / seconds[0] / 1e12},
                         {"gemv_us", seconds[1] * 1e6},
                         {"gemv_tflops", flops / seconds[1] / 1e12}});
   }
-  return {{"op", "matmul_bf16_many_rows"}, {"name", name}, {"n", n}, {"k", k}, {"results", rows_out}};
+  return {{"op", fp8 ? "matmul_fp8_block_many_rows" : "matmul_bf16_many_rows"},
+          {"name", name},
+          {"n", n},
+          {"k", k},
+          {"results", rows_out}};
 }
 
 nlohmann::json bench_attention(Bench& b, int64_t context) {
@@ -319,13 +326,13 @@ int main(int argc, char** argv) {
   gemv(151936, 4096, "lm_head");
   std::unique_ptr<moet::Backend> gemv_backend;  // the GEMV's side of the GEMM benchmarks
   std::unique_ptr<moet::Bench> gemv_bench;
-  const auto gemm = [&](int64_t n, int64_t k, const char* name) {
-    run(std::string("gemm ") + name, [&] {
+  const auto gemm = [&](int64_t n, int64_t k, const char* name, bool fp8 = false) {
+    run(std::string(fp8 ? "gemm fp8 " : "gemm ") + name, [&] {
       if (!gemv_backend) {
         gemv_backend = moet::cuda_backend_create({0, 0.9, 0.0, true, 0});
         gemv_bench = std::make_unique<moet::Bench>(moet::Bench{*gemv_backend, copy_gbs});
       }
-      return moet::bench_gemm(bench, *gemv_bench, n, k, name);
+      return moet::bench_gemm(bench, *gemv_bench, n, k, name, fp8);
     });
   };
   gemm(8192, 4096, "q_proj");
@@ -340,6 +347,8 @@ int main(int argc, char** argv) {
   gemv_fp8(7168, 16384, "o_proj");
   gemv_fp8(4096, 7168, "shared gate_up");
   gemv_fp8(7168, 2048, "shared down");
+  gemm(7168, 16384, "o_proj", true);
+  gemm(24576, 1536, "q_b_proj", true);
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
   for (int64_t tokens : {2048, 4096})

@@ -14,7 +14,7 @@ struct CudaBackendOptions {
   double memory_utilization = 0.9;  // fraction of the card's memory moet may take
   double memory_limit_gib = 0.0;    // > 0: an absolute cap instead (a large card standing in for a small one)
   bool graphs = true;               // capture/replay run_graph() forwards as CUDA graphs (--cuda-graphs)
-  // Products of at least this many rows with BF16 weights run on the tensor cores (cuBLASLt);
+  // Products of at least this many rows with BF16 or FP8-block weights run on the tensor cores (cuBLASLt);
   // 0: never. MOET_CUDA_GEMM_MIN_ROWS overrides it.
   int64_t gemm_min_rows = 16;
 };

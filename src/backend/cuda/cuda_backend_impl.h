@@ -122,6 +122,7 @@ class CudaBackend final : public Backend {
   bool gemm_ready();
   Tensor split_activations(const Tensor& x);
   void gemm_part(const Tensor& pieces, const cuda::GemvArgs& a, int part);
+  static std::string product_name(const cuda::GemvArgs& a, bool gemm, bool group);
 
   void check_launch(const char* op) {
     check_launch(op, [op] { return std::string(op); });
@@ -227,10 +228,13 @@ class CudaBackend final : public Backend {
   bool debug_sync_ = false;
   std::string name_;
 
-  // Many-row BF16 products on the tensor cores (gemm_ready()); 0 rows: never.
+  // Many-row BF16 and FP8-block products on the tensor cores (gemm_ready()); 0 rows: never. The
+  // weight scratch holds one tile of FP8-block weights as BF16 pieces (4 bytes a weight: 1024
+  // rows of o_proj's k = 16384); allocated with the workspace, whatever the model's weights.
   static constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+  static constexpr size_t kGemmWeightScratchBytes = size_t(64) << 20;
   int64_t gemm_min_rows_ = 0;
-  Tensor gemm_workspace_;
+  Tensor gemm_workspace_, gemm_weight_scratch_;
   std::unique_ptr<DenseGemm> gemm_;
 
   // CUDA graphs (run_graph), keyed by the caller's key + the step layout.

@@ -66,27 +66,34 @@ cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const 
 }
 
 // Whether a product runs on the tensor cores (dense_gemm.h): at least gemm_min_rows_ rows of BF16
-// weights that cuBLASLt takes. Fewer rows, F32 weights and the rest run on the GEMV (gemv.h).
+// or FP8-block weights that cuBLASLt takes. Fewer rows, F32 weights and the rest run on the GEMV
+// (gemv.h).
 bool CudaBackend::takes_gemm(const GemvArgs& a, int part) {
   const GemvPart& p = a.parts[part];
-  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && a.weights == GemvWeights::bf16 && a.x_row_stride == a.k &&
-         DenseGemm::supports(p.w, p.bias, p.y, a.k) && gemm_ready();
+  const bool fp8 = a.weights == GemvWeights::fp8_block;
+  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && (a.weights == GemvWeights::bf16 || fp8) &&
+         a.x_row_stride == a.k && DenseGemm::supports(p.w, p.bias, p.y, a.k) && gemm_ready() &&
+         (!fp8 || gemm_->fp8_tile_rows(a.k) > 0);
 }
 
-// The DenseGemm, made on first use (its workspace under the memory budget; never inside a graph
-// capture: begin_step() makes it before a step of that many rows is captured). When the budget
-// has no room for it, products stay on the GEMV.
+// The DenseGemm, made on first use (its workspace and weight scratch under the memory budget;
+// never inside a graph capture: begin_step() makes it before a step of that many rows is
+// captured). When the budget has no room for them, products stay on the GEMV.
 bool CudaBackend::gemm_ready() {
   if (gemm_ || gemm_min_rows_ <= 0) return bool(gemm_);
   MOET_CHECK(!capturing_, "the tensor-core GEMM was not prepared before this graph capture");
   try {
     gemm_workspace_ = device_tensor(DType::u8, {int64_t(kGemmWorkspaceBytes)});
+    gemm_weight_scratch_ = device_tensor(DType::u8, {int64_t(kGemmWeightScratchBytes)});
   } catch (const Error& e) {
-    MOET_LOG_WARN("no memory for the tensor-core GEMM's workspace ({}); products run on the GEMV", e.what());
+    MOET_LOG_WARN("no memory for the tensor-core GEMM's workspace and weight scratch ({}); products run on the GEMV",
+                  e.what());
+    gemm_workspace_ = Tensor{};
     gemm_min_rows_ = 0;
     return false;
   }
-  gemm_ = std::make_unique<DenseGemm>(gemm_workspace_.data, kGemmWorkspaceBytes);
+  gemm_ = std::make_unique<DenseGemm>(gemm_workspace_.data, kGemmWorkspaceBytes, gemm_weight_scratch_.data,
+                                      kGemmWeightScratchBytes);
   return true;
 }
 
@@ -99,7 +106,19 @@ Tensor CudaBackend::split_activations(const Tensor& x) {
 
 void CudaBackend::gemm_part(const Tensor& pieces, const GemvArgs& a, int part) {
   const GemvPart& p = a.parts[part];
-  gemm_->run(static_cast<const uint16_t*>(p.w), pieces.as<uint16_t>(), p.bias, p.y, a.rows, p.n, a.k, stream_);
+  if (a.weights == GemvWeights::fp8_block) {
+    gemm_->run_fp8_block(static_cast<const uint8_t*>(p.w), p.w_scales, pieces.as<uint16_t>(), p.bias, p.y, a.rows,
+                         p.n, a.k, stream_);
+  } else {
+    gemm_->run(static_cast<const uint16_t*>(p.w), pieces.as<uint16_t>(), p.bias, p.y, a.rows, p.n, a.k, stream_);
+  }
+}
+
+// The per-op profile name of a product: "matmul" / "matmul_group" on the GEMV; on the tensor
+// cores "gemm" / "gemm_group", "gemm_fp8" / "gemm_fp8_group" for FP8-block weights.
+std::string CudaBackend::product_name(const GemvArgs& a, bool gemm, bool group) {
+  if (!gemm) return group ? "matmul_group" : "matmul";
+  return std::string(a.weights == GemvWeights::fp8_block ? "gemm_fp8" : "gemm") + (group ? "_group" : "");
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
@@ -110,7 +129,8 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   } else {
     gemv_launch(a, stream_);
   }
-  check_launch("matmul", [&] { return fmt::format("{}[n={},k={}]", gemm ? "gemm" : "matmul", a.parts[0].n, a.k); });
+  check_launch("matmul",
+               [&] { return fmt::format("{}[n={},k={}]", product_name(a, gemm, false), a.parts[0].n, a.k); });
 }
 
 void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> parts) {
@@ -127,7 +147,7 @@ void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> part
   a.part_count = int(parts.size());
   bool gemm = true;
   for (int i = 0; i < a.part_count; ++i) gemm = gemm && takes_gemm(a, i);
-  if (gemm) {  // the activations split once for every part
+  if (gemm) {  // the activations split once for every part (FP8-block parts: each its own tiles)
     const Tensor pieces = split_activations(x);
     for (int i = 0; i < a.part_count; ++i) gemm_part(pieces, a, i);
   } else {
@@ -136,7 +156,7 @@ void CudaBackend::matmul_group(const Tensor& x, std::span<const MatmulPart> part
   check_launch("matmul_group", [&] {  // the label is built only when profiling asks for it
     std::string ns = std::to_string(a.parts[0].n);
     for (int i = 1; i < a.part_count; ++i) ns += "+" + std::to_string(a.parts[i].n);
-    return fmt::format("{}[n={},k={}]", gemm ? "gemm_group" : "matmul_group", ns, a.k);
+    return fmt::format("{}[n={},k={}]", product_name(a, gemm, true), ns, a.k);
   });
 }
 

@@ -1,8 +1,9 @@
 // FP8-block matmul on the CPU (see fp8_matmul.h): row decode through a lookup table, then the
-// F32 dot products of matmul.h.
+// F32 dot products of matmul.h; the decoded rows' BF16 split.
 #include "kernels/cpu/fp8_matmul.h"
 
 #include "core/dtype.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
@@ -32,6 +33,15 @@ void fp8_block_decode_row(const uint8_t* codes, const float* scales, int64_t row
   for (int64_t b0 = 0; b0 < k; b0 += kBlock) {
     const float scale = s[b0 / kBlock];
     for (int64_t i = b0; i < std::min(k, b0 + kBlock); ++i) out[i] = table[c[i]] * scale;
+  }
+}
+
+void fp8_block_split_bf16(const uint8_t* codes, const float* scales, int64_t k, int64_t row_begin, int64_t rows,
+                          uint16_t* hi, uint16_t* lo) {
+  std::vector<float> w(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    fp8_block_decode_row(codes, scales, row_begin + r, k, w.data());
+    split_bf16(w.data(), k, hi + r * k, lo + r * k);
   }
 }
 

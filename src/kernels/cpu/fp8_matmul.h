@@ -18,4 +18,10 @@ void matmul_fp8_block(const float* x, int64_t rows, int64_t k, const uint8_t* co
 // Row `row` of an FP8-block weight [n, k] (codes of the whole matrix, its scales) as F32 into out[0, k).
 void fp8_block_decode_row(const uint8_t* codes, const float* scales, int64_t row, int64_t k, float* out);
 
+// Rows [row_begin, row_begin + rows) of an FP8-block weight [n, k] decoded (fp8_block_decode_row)
+// and split into BF16 pieces (elementwise.h's split_bf16) into hi [rows, k] and lo [rows, k]: the
+// reference of the CUDA split that feeds the tensor-core GEMM (kernels/cuda/fp8_split.h).
+void fp8_block_split_bf16(const uint8_t* codes, const float* scales, int64_t k, int64_t row_begin, int64_t rows,
+                          uint16_t* hi, uint16_t* lo);
+
 }  // namespace moet

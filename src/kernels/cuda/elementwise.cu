@@ -2,6 +2,7 @@
 // launch (launch.cuh) that waits for the previous kernel before touching any memory.
 #include "kernels/cuda/elementwise.h"
 
+#include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace moet::cuda {
@@ -33,28 +34,15 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] += x[i];
 }
 
-// core/dtype.h's float_to_bf16 (round to nearest even, NaN kept quiet).
-__device__ __forceinline__ uint16_t to_bf16(float value) {
-  uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return uint16_t(bits >> 16);
-}
-
 __global__ void split_bf16_kernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
   pdl_trigger();
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = x[i];
-    const uint16_t h = to_bf16(v);
+    uint16_t h, l;
+    split_bf16_value(x[i], h, l);
     hi[i] = h;
-    lo[i] = to_bf16(v - __uint_as_float(uint32_t(h) << 16));
+    lo[i] = l;
   }
-}
-
-unsigned grid_for(int64_t n, int threads) {
-  const int64_t blocks = (n + threads - 1) / threads;
-  return unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
 }  // namespace

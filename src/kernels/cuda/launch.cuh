@@ -9,10 +9,12 @@
 // itself (cudaFuncGetAttributes: an sm_80 binary running on a newer GPU has no griddepcontrol /
 // cluster instructions) once per kernel; one GPU architecture per process is assumed. Other
 // binaries get a plain launch, where pdl_wait() and pdl_trigger() are no-ops; they must not ask
-// for clusters.
+// for clusters. Also the grid of a grid-stride loop (grid_for).
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace moet::cuda {
 
@@ -61,6 +63,13 @@ void launch_dependent_kernel(dim3 grid, dim3 block, size_t shared, unsigned clus
   config.attrs = attributes;
   config.numAttrs = cluster > 1 ? 2 : 1;
   cudaLaunchKernelEx(&config, Kernel, args...);
+}
+
+// Blocks of `threads` for a grid-stride loop over n items: one item per thread, at most 65536
+// blocks (later items wrap around), at least one block.
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
 }  // namespace moet::cuda

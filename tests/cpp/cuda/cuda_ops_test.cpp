@@ -137,21 +137,6 @@ TEST(CudaOps, MatmulGroupMatchesMatmuls) {
   EXPECT_THROW(p.gpu->matmul_group(x.second, mismatched), Error);
 }
 
-enum class WeightType { bf16, f32, fp8 };
-
-// A random weight [n, k] in both backends: N(0, 0.02) values as BF16 or F32, or FP8-block codes
-// (|value| < 2) with block scales in [0.01, 0.02).
-std::pair<Tensor, Tensor> random_weight(BackendPair& p, WeightType type, int64_t n, int64_t k, uint64_t seed) {
-  if (type == WeightType::fp8) {
-    const std::vector<int64_t> scales = fp8_block_scale_shape(n, k);
-    return p.fp8_weight(random_fp8_codes(size_t(n * k), seed), random_fp8_scales(size_t(scales[0] * scales[1]), seed + 1),
-                        n, k);
-  }
-  const auto wf = random_floats(size_t(n * k), seed, 0.02f);
-  return type == WeightType::bf16 ? p.weight(to_bf16(wf).data(), DType::bf16, {n, k})
-                                  : p.weight(wf.data(), DType::f32, {n, k});
-}
-
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
 // router 128 x 4096) and odd ones: 8 rows against the CPU; every row count 1..7 bit-identical to
 // the first rows of the 8-row result (batch invariance; one row takes a kernel of its own); the 8
@@ -216,12 +201,16 @@ TEST(CudaOps, Fp8BlockDecodeMatmulMatchesCpu) {
     check_decode_matmul(p, n, k, WeightType::fp8);
 }
 
-// FP8-block weights at 1..20 rows (several 8-row passes) with a bias, at odd shapes: against the
-// CPU; the 20-row result's first r rows bit-identical to an r-row launch; in a matmul_group of
-// three FP8 parts, bit-identical to one matmul per part.
+// FP8-block weights at 1..20 rows (several 8-row passes) with a bias, at odd shapes, on the GEMV
+// (a backend with gemm_min_rows 0: from 16 rows products otherwise take the tensor cores,
+// cuda_gemm_test.cpp): against the CPU; the 20-row result's first r rows bit-identical to an r-row
+// launch; in a matmul_group of three FP8 parts, bit-identical to one matmul per part.
 TEST(CudaOps, Fp8BlockMatmulRowsMatchCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
+  CudaBackendOptions gemv_only;
+  gemv_only.gemm_min_rows = 0;
+  p.gpu = cuda_backend_create(gemv_only);
   const int64_t n = 131, max_rows = 20;
   for (int64_t k : {64, 300, 720, 1040, 2048}) {
     auto w = random_weight(p, WeightType::fp8, n, k, uint64_t(k));

@@ -3,7 +3,8 @@
 // with dot_f32, the same accumulation in the same order, so the results must be bit-identical
 // (memcmp), at shapes with partial 128-blocks in both directions, 1..9 rows and 1 or 3 threads
 // (the suite also runs on the portable paths, MOET_CPU_SCALAR=1). The decode itself must equal the
-// float64 product rounded once to F32, the value the loader's exact decode stores.
+// float64 product rounded once to F32, the value the loader's exact decode stores; its BF16 split
+// (the tensor-core GEMM's weights) keeps it to 2^-17.
 #include "../random_values.h"
 #include "core/dtype.h"
 #include "kernels/cpu/fp8_matmul.h"
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -68,6 +70,23 @@ TEST(Fp8Matmul, DecodeIsTheExactProductRoundedOnce) {
     }
   }
   EXPECT_GT(rounded, 0);
+}
+
+// Rows 100..229 of [300, 260] (a start inside a block row): hi the decoded value rounded to BF16,
+// hi + lo within 2^-17 of it, lo below 2^-8 of it.
+TEST(Fp8Matmul, SplitKeepsTheDecodedValueTo17Bits) {
+  const int64_t n = 300, k = 260, row_begin = 100, rows = 130;
+  const auto codes = random_fp8_codes(size_t(n * k), 7);
+  const auto scales = random_fp8_scales(size_t(3 * 3), 8);
+  std::vector<uint16_t> hi(size_t(rows * k)), lo(size_t(rows * k));
+  fp8_block_split_bf16(codes.data(), scales.data(), k, row_begin, rows, hi.data(), lo.data());
+  const auto w = decode_reference(codes, scales, n, k);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const float v = w[size_t(row_begin * k + i)], h = bf16_to_float(hi[size_t(i)]), l = bf16_to_float(lo[size_t(i)]);
+    ASSERT_EQ(hi[size_t(i)], float_to_bf16(v)) << i;
+    ASSERT_LE(std::fabs(l), std::fabs(v) * 0x1p-8f) << i;
+    ASSERT_LE(std::fabs(h + l - v), std::fabs(v) * 0x1p-17f) << i;
+  }
 }
 
 }  // namespace
