@@ -45,17 +45,6 @@ std::vector<uint16_t> random_bf16(size_t n) {
   return out;
 }
 
-template <typename F>
-double seconds_per_call(Backend& backend, const Tensor& sync_on, F&& call) {
-  std::vector<float> sink(size_t(sync_on.numel()));
-  for (int i = 0; i < kWarmup; ++i) call();
-  backend.to_host(sync_on, sink.data());
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kTimed; ++i) call();
-  backend.to_host(sync_on, sink.data());
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kTimed;
-}
-
 std::vector<uint8_t> random_u8(size_t n, int lo, int hi, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> dist(lo, hi);
@@ -140,7 +129,7 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     backend.from_host(ones.data(), w);
     backend.from_host(ones.data(), x);
     int64_t call = 0;
-    const double eager = seconds_per_call(backend, out, [&] {
+    const double eager = eager_seconds_per_call(backend, out, kWarmup, kTimed, [&] {
       backend.moe_experts(x, set, id_ts[size_t(call++ % routings)], w, out);
     });
     const double graph = graph_seconds_per_call(backend, next_graph_key++, out, kGraphCalls, kGraphReplays, [&](int i) {
@@ -177,7 +166,7 @@ nlohmann::json bench_dense(Backend& backend, int64_t n, int64_t k, double copy_g
     Tensor x = backend.alloc({rows, k}), y = backend.alloc({rows, n});
     const std::vector<float> ones(size_t(rows * k), 0.5f);
     backend.from_host(ones.data(), x);
-    const double s = seconds_per_call(backend, y, [&] { backend.matmul(x, w, nullptr, y); });
+    const double s = eager_seconds_per_call(backend, y, kWarmup, kTimed, [&] { backend.matmul(x, w, nullptr, y); });
     const double gbs = double(n * k * 2) / s / 1e9;
     std::printf("dense %ldx%ld       batch %ld  %8.1f us  %7.1f GB/s  %5.1f%% of copy\n", long(n), long(k), long(rows),
                 s * 1e6, gbs, 100.0 * gbs / copy_gbs);

@@ -7,16 +7,18 @@
 // 1536, kv_a 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048;
 // labels "fp8 ...") at batch 1, 4, 8, and its prefill-sized products on the tensor cores next to
 // the GEMV (o and q_b; labels "gemm fp8 ..."); paged decode attention (64 query / 4 KV heads of
-// 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and the attention of a
-// 2048-token prefill; the router (Qwen3: softmax top-8 of 128; DeepSeek-V3: sigmoid, grouped
-// top-8 of 256) at batch 1 and 8; top_logits (the best 1, 50 and 256 logits per row, device sampling) over
-// vocabularies of 151936 (Qwen3) and 129280 (DeepSeek-V3) at batch 1, 8 and 64. Each op is
-// captured kCalls times into one CUDA graph (run_graph) and the graph replayed kReplays times,
-// so the time per call is what a decode step with graphs pays: kernel plus launch gap. Weights
-// and KV caches rotate over copies of at least 256 MB in all (at most 64), so calls do not hit
-// the 50 MB L2. Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per
-// KV head (attention); the logits, once (top_logits). Prints a table and writes JSON (argument
-// 1, optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose label ("q_proj",
+// 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the attention of 2048- and
+// 4096-token prefills (eager, as the engine runs them: the tensor-core prefill kernel; at 2048
+// next to the decode kernel, which a graph capture takes); the router (Qwen3: softmax top-8 of
+// 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; top_logits (the best 1, 50
+// and 256 logits per row, device sampling) over vocabularies of 151936 (Qwen3) and 129280
+// (DeepSeek-V3) at batch 1, 8 and 64. Each op except the prefill attention is captured kCalls
+// times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per
+// call is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches
+// rotate over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2.
+// Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per KV head
+// (attention); the logits, once (top_logits). Prints a table and writes JSON (argument 1,
+// optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose label ("q_proj",
 // "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as Nsight Compute
 // can be pointed at the first launches of one op.
 #ifdef MOET_HAVE_CUDA
@@ -228,8 +230,11 @@ nlohmann::json bench_attention(Bench& b, int64_t context) {
 
 // The attention of a prefill: `tokens` rows of one sequence at positions 0..tokens-1 (each row
 // attends its causal prefix), q_heads / 4 KV heads of 128; TFLOP/s counting the score and output
-// products (4 * head_dim FLOPs per query head and key attended).
-nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens) {
+// products (4 * head_dim FLOPs per query head and key attended). Eager calls, as the engine runs
+// a prefill: the tensor-core prefill kernel (prefill_attention.h). With `with_decode_kernel`,
+// next to it the same calls captured in a CUDA graph, which takes the decode kernel (one block
+// per row and head group), as every prefill did before.
+nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens, bool with_decode_kernel) {
   const int64_t kv_heads = 4, dim = 128, block_size = 16, blocks = (tokens + block_size - 1) / block_size;
   KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, kv_heads, dim, dim, false);
   std::vector<int32_t> positions(static_cast<size_t>(tokens)), table(static_cast<size_t>(blocks));
@@ -239,13 +244,20 @@ nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens
   const Tensor q = b.filled({tokens, q_heads, dim}, 0.01f);
   Tensor out = b.backend.alloc({tokens, q_heads, dim});
   const float scale = 1.0f / std::sqrt(float(dim));
-  const double s = b.seconds_per_call(out, [&](int) { b.backend.attention(cache, q, q_heads, dim, scale, out); });
+  const auto call = [&] { b.backend.attention(cache, q, q_heads, dim, scale, out); };
   const double flops = 4.0 * double(dim * q_heads) * double(tokens) * double(tokens + 1) / 2.0;
-  std::printf("%-34s tokens %ld  %8.2f us  %6.2f TFLOP/s\n",
-              ("prefill attention " + std::to_string(q_heads) + "/4 x 128").c_str(), long(tokens), s * 1e6,
-              flops / s / 1e12);
-  return {{"op", "prefill_attention"}, {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", dim},
-          {"tokens", tokens}, {"us", s * 1e6}, {"tflops", flops / s / 1e12}};
+  const double s = eager_seconds_per_call(b.backend, out, 2, 10, call);
+  const std::string what = "prefill attention " + std::to_string(q_heads) + "/4 x 128";
+  std::printf("%-34s tokens %ld  %9.2f us  %6.2f TFLOP/s", what.c_str(), long(tokens), s * 1e6, flops / s / 1e12);
+  nlohmann::json row = {{"op", "prefill_attention"}, {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", dim},
+                        {"tokens", tokens}, {"us", s * 1e6}, {"tflops", flops / s / 1e12}};
+  if (with_decode_kernel) {
+    const double d = b.seconds_per_call(out, [&](int) { call(); });
+    std::printf("   decode kernel %9.2f us  %6.2f TFLOP/s  (%.1fx)", d * 1e6, flops / d / 1e12, d / s);
+    row.update({{"decode_kernel_us", d * 1e6}, {"decode_kernel_tflops", flops / d / 1e12}});
+  }
+  std::printf("\n");
+  return row;
 }
 
 nlohmann::json bench_router(Bench& b, const char* name, RouterParams params) {
@@ -354,7 +366,7 @@ int main(int argc, char** argv) {
   for (int64_t tokens : {2048, 4096})
     for (int64_t q_heads : {32, 64})
       run("prefill attention " + std::to_string(q_heads) + " " + std::to_string(tokens),
-          [&] { return moet::bench_prefill_attention(bench, q_heads, tokens); });
+          [&] { return moet::bench_prefill_attention(bench, q_heads, tokens, tokens == 2048); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});

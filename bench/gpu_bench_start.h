@@ -31,6 +31,19 @@ inline CudaBenchStart start_cuda_bench(const char* name, size_t copy_bytes = siz
   return start;
 }
 
+// Seconds per call of call() run eagerly `timed` times after `warmup` calls (one synchronisation
+// at the end, reading back `sync_on`: includes host launch overhead when the GPU work is short).
+template <typename F>
+double eager_seconds_per_call(Backend& backend, const Tensor& sync_on, int warmup, int timed, F&& call) {
+  std::vector<uint8_t> sink(sync_on.bytes());
+  for (int i = 0; i < warmup; ++i) call();
+  backend.to_host(sync_on, sink.data());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < timed; ++i) call();
+  backend.to_host(sync_on, sink.data());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / timed;
+}
+
 // Seconds per call of op(i), i = 0..calls-1 captured into one CUDA graph (run_graph, under
 // `key`, which must be fresh) and the graph replayed `replays` times after a first replay: the
 // kernels plus their launch gaps inside a graph, without host launch overhead. `out` is read back
