@@ -15,6 +15,7 @@
 #include "kernels/cuda/attention.h"
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 
 #include <algorithm>
@@ -79,21 +80,6 @@ AttentionPlan plan_for(const AttentionArgs& a) {
       a.rows * a.q_heads * p.splits * partial_width(c.v_dim) > kMaxPartialFloats)
     p.splits = 1;
   return p;
-}
-
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits for this thread's copy groups but the newest one.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
 // n floats from global src to shared dst, by the kCopyLanes threads of one row (lane 0..7).
