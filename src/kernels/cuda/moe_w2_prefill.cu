@@ -24,8 +24,16 @@
 namespace moet::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kTilesPerWarp = 2;
+// Warps per block and 16-row tiles per warp; the MOET_W2P_* macros exist so that variants can be
+// built with -D for measurement (docs/gpu.md, "Variants").
+#ifndef MOET_W2P_WARPS
+#define MOET_W2P_WARPS 4
+#endif
+#ifndef MOET_W2P_TILES
+#define MOET_W2P_TILES 2
+#endif
+constexpr int kWarps = MOET_W2P_WARPS;
+constexpr int kTilesPerWarp = MOET_W2P_TILES;
 constexpr int kGroupTiles = kWarps * kTilesPerWarp;  // 128 weight rows per unit
 constexpr int kItems = int(kW2PrefillPassItems);
 constexpr int kColumnTiles = kItems / 8;  // MMA column tiles of a pass
