@@ -3,10 +3,10 @@
 // edges for tiles of 1, 2, 8, 16 and 64 rows), several sequences in one step over scattered
 // physical blocks (block sizes 16 and 24), a chunked prefill (rows after keys an earlier step
 // wrote), head dims 64 and 128, GQA groups 1, 4 and 8, MLA's latent cache (DeepSeek-V3: one KV
-// head of 576 floats, V its first 512; 16 and 128 query heads), and a mixed step (a prefill run between decode
-// rows of other sequences, whose bits must be those of the decode kernel alone). Each step also
-// runs twice (bit-identical) and asserts by its profile name which kernel served it, so a test
-// cannot silently run the decode kernel. Skips with a message when no GPU is visible.
+// head of 576 floats, V its first 512; 16 and 128 query heads), and a mixed step (a prefill run
+// between decode rows of other sequences, whose bits must be those of the decode kernel alone).
+// Each step also runs twice (bit-identical) and asserts by its profile name which kernel served
+// it, so a test cannot silently run the decode kernel. Skips with a message when no GPU is visible.
 #include "gpu_test_util.h"
 
 #include <fmt/format.h>
@@ -49,8 +49,9 @@ class PrefillCase {
     p_.gpu->set_profiling(true);
   }
 
-  // One step of `rows`: K / V (MLA: the latent rows) written, attention on both backends within kTol, run twice on the
-  // GPU bit-identical, served by the attention op named `kernel`. Returns the GPU output.
+  // One step of `rows`: K / V (MLA: the latent rows) written, attention on both backends within
+  // kTol, run twice on the GPU bit-identical, served by the attention op named `kernel`. Returns
+  // the GPU output.
   std::vector<float> step(const std::vector<Row>& rows, const std::string& kernel, const std::string& what) {
     const int64_t n = int64_t(rows.size()), kv_row = shape_.kv_heads * shape_.k_dim, q_stride = q_stride_();
     std::vector<int32_t> positions, row_seq, tokens(size_t(n), 0);
