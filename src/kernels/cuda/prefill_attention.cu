@@ -182,7 +182,7 @@ __device__ __forceinline__ void attend_keys(const __nv_bfloat16* k_pieces, const
   float s_hi[2][4] = {}, s_small[2][4] = {};
   partial_scores<L>(k_pieces, sub, part * L::k_steps, q, s_hi, s_small);
   if constexpr (L::split > 1) {
-    // Slot `lane`'s float4s of warp w at exchange[(4 w + j) * 32 + lane]: s_hi[0], s_hi[1],
+    // Lane `lane`'s float4s of warp w at exchange[(4 w + j) * 32 + lane]: s_hi[0], s_hi[1],
     // s_small[0], s_small[1]. The group's warps sum them in the order of their parts.
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
