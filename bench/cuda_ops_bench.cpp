@@ -9,7 +9,8 @@
 // the GEMV (o and q_b; labels "gemm fp8 ..."); paged decode attention (64 query / 4 KV heads of
 // 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the attention of 2048- and
 // 4096-token prefills (eager, as the engine runs them: the tensor-core prefill kernel; at 2048
-// next to the decode kernel, which a graph capture takes); the router (Qwen3: softmax top-8 of
+// next to the decode kernel, which a graph capture takes) and of a 2048-token DeepSeek-V3 prefill
+// (MLA: 128 heads over the latent cache, label "prefill attention mla 2048"); the router (Qwen3: softmax top-8 of
 // 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; top_logits (the best 1, 50
 // and 256 logits per row, device sampling) over vocabularies of 151936 (Qwen3) and 129280
 // (DeepSeek-V3) at batch 1, 8 and 64. Each op except the prefill attention is captured kCalls
@@ -233,26 +234,35 @@ nlohmann::json bench_attention(Bench& b, int64_t context) {
 // products (4 * head_dim FLOPs per query head and key attended). Eager calls, as the engine runs
 // a prefill: the tensor-core prefill kernel (prefill_attention.h). With `with_decode_kernel`,
 // next to it the same calls captured in a CUDA graph, which takes the decode kernel (one block
-// per row and head group), as every prefill did before.
-nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens, bool with_decode_kernel) {
-  const int64_t kv_heads = 4, dim = 128, block_size = 16, blocks = (tokens + block_size - 1) / block_size;
-  KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, kv_heads, dim, dim, false);
+// per row and head group), as every prefill did before. With `mla`, DeepSeek-V3's absorbed MLA
+// instead: q_heads heads over the latent cache (one KV head of 576 floats, V its first 512;
+// 2 * (576 + 512) FLOPs per query head and key), the decode kernel's graph of 2 calls replayed 3
+// times (a call takes tens of ms).
+nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens, bool with_decode_kernel,
+                                       bool mla = false) {
+  const int64_t kv_heads = mla ? 1 : 4, k_dim = mla ? 576 : 128, v_dim = mla ? 512 : 128, block_size = 16;
+  const int64_t blocks = (tokens + block_size - 1) / block_size;
+  KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
   std::vector<int32_t> positions(static_cast<size_t>(tokens)), table(static_cast<size_t>(blocks));
   std::iota(positions.begin(), positions.end(), 0);
   std::iota(table.begin(), table.end(), 0);
   b.begin_step(positions, {table}, true);
-  const Tensor q = b.filled({tokens, q_heads, dim}, 0.01f);
-  Tensor out = b.backend.alloc({tokens, q_heads, dim});
-  const float scale = 1.0f / std::sqrt(float(dim));
-  const auto call = [&] { b.backend.attention(cache, q, q_heads, dim, scale, out); };
-  const double flops = 4.0 * double(dim * q_heads) * double(tokens) * double(tokens + 1) / 2.0;
-  const double s = eager_seconds_per_call(b.backend, out, 2, 10, call);
-  const std::string what = "prefill attention " + std::to_string(q_heads) + "/4 x 128";
+  const Tensor q = b.filled({tokens, q_heads, k_dim}, 0.01f);
+  Tensor out = b.backend.alloc({tokens, q_heads, v_dim});
+  const float scale = 1.0f / std::sqrt(float(k_dim));
+  const auto call = [&] { b.backend.attention(cache, q, q_heads, k_dim, scale, out); };
+  const double flops = 2.0 * double((k_dim + v_dim) * q_heads) * double(tokens) * double(tokens + 1) / 2.0;
+  const double s = eager_seconds_per_call(b.backend, out, 2, mla ? 5 : 10, call);
+  const std::string what = mla ? "prefill attention mla " + std::to_string(q_heads) + " x 576/512"
+                               : "prefill attention " + std::to_string(q_heads) + "/4 x 128";
   std::printf("%-34s tokens %ld  %9.2f us  %6.2f TFLOP/s", what.c_str(), long(tokens), s * 1e6, flops / s / 1e12);
-  nlohmann::json row = {{"op", "prefill_attention"}, {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", dim},
-                        {"tokens", tokens}, {"us", s * 1e6}, {"tflops", flops / s / 1e12}};
+  nlohmann::json row = {{"op", mla ? "prefill_attention_mla" : "prefill_attention"}, {"q_heads", q_heads},
+                        {"kv_heads", kv_heads}, {"k_dim", k_dim}, {"v_dim", v_dim}, {"tokens", tokens},
+                        {"us", s * 1e6}, {"tflops", flops / s / 1e12}};
+  if (!mla) row["head_dim"] = k_dim;
   if (with_decode_kernel) {
-    const double d = b.seconds_per_call(out, [&](int) { call(); });
+    const double d = mla ? graph_seconds_per_call(b.backend, b.next_key++, out, 2, 3, [&](int) { call(); })
+                         : b.seconds_per_call(out, [&](int) { call(); });
     std::printf("   decode kernel %9.2f us  %6.2f TFLOP/s  (%.1fx)", d * 1e6, flops / d / 1e12, d / s);
     row.update({{"decode_kernel_us", d * 1e6}, {"decode_kernel_tflops", flops / d / 1e12}});
   }
@@ -367,6 +377,7 @@ int main(int argc, char** argv) {
     for (int64_t q_heads : {32, 64})
       run("prefill attention " + std::to_string(q_heads) + " " + std::to_string(tokens),
           [&] { return moet::bench_prefill_attention(bench, q_heads, tokens, tokens == 2048); });
+  run("prefill attention mla 2048", [&] { return moet::bench_prefill_attention(bench, 128, 2048, true, true); });
   run("router softmax", [&] { return moet::bench_router(bench, "softmax 128 top-8", {128, 8, false, true, 1.0f, 1, 1, nullptr}); });
   run("router sigmoid", [&] {
     return moet::bench_router(bench, "sigmoid 256 grouped top-8", {256, 8, true, true, 2.5f, 8, 4, nullptr});

@@ -2,9 +2,9 @@
 // kernel does not take, GQA and MLA (V aliasing K: the latent cache), with the semantics of
 // kernels/cpu/attention.h: query row t, head h sees keys 0..positions[t] of its sequence through
 // the block table. Which kernel serves what: runs of two or more consecutive positions of one
-// sequence in eager steps, GQA with separate K and V caches and head dims 64 / 128, go to
-// prefill_attention.h (tensor cores); everything else (decode rows, captured steps, MLA, other
-// head dims) to attention_launch here, possibly in the same op for a step's other rows
+// sequence in eager steps, GQA with separate K and V caches and head dims 64 / 128 or MLA's
+// latent cache (576 / 512), go to prefill_attention.h (tensor cores); everything else (decode
+// rows, captured steps, other head dims) to attention_launch here, possibly in the same op for a step's other rows
 // (AttentionArgs::row_ids). The two give a row different last bits.
 //
 // Flash-decoding style, with nothing sized by a host-side key count (so a captured CUDA graph
