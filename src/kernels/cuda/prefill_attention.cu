@@ -40,6 +40,7 @@
 // rows of few keys. So Q, K, P and V all take three pieces: 6 MMAs per product instead of 3.
 #include "kernels/cuda/prefill_attention.h"
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/w2_mma.cuh"
 
@@ -86,14 +87,6 @@ using Mla = Layout<kMlaKDim, kMlaVDim, true>;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // The `count` threads of named barrier `id` (not 0: __syncthreads' barrier).
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
