@@ -25,16 +25,18 @@ namespace moet::cuda {
 namespace {
 
 // Warps per block and 16-row tiles per warp; the MOET_W2P_* macros exist so that variants can be
-// built with -D for measurement (docs/gpu.md, "Variants").
+// built with -D for measurement (docs/gpu.md, "Variants"). On the H200 at 2048 rows: 8 warps of
+// 2 tiles 69.3 TFLOP/s at DeepSeek-V3's expert shape, 4 x 2 58.0, 8 x 1 47.7, 4 x 1 32.0 (fewer
+// rows per block re-stage the activations more often; bench/results/cuda_h200_session13.txt).
 #ifndef MOET_W2P_WARPS
-#define MOET_W2P_WARPS 4
+#define MOET_W2P_WARPS 8
 #endif
 #ifndef MOET_W2P_TILES
 #define MOET_W2P_TILES 2
 #endif
 constexpr int kWarps = MOET_W2P_WARPS;
 constexpr int kTilesPerWarp = MOET_W2P_TILES;
-constexpr int kGroupTiles = kWarps * kTilesPerWarp;  // 128 weight rows per unit
+constexpr int kGroupTiles = kWarps * kTilesPerWarp;  // 256 weight rows per unit
 constexpr int kItems = int(kW2PrefillPassItems);
 constexpr int kColumnTiles = kItems / 8;  // MMA column tiles of a pass
 constexpr int kTerms = 3;
