@@ -23,6 +23,9 @@ namespace moet::test {
 namespace {
 
 constexpr double kTol = 2e-5;  // cuda_ops_test.cpp's for the GEMV
+// Weights large enough that products exceed 1, where max_rel_diff is relative (below 1 it is an
+// absolute difference, a weaker check).
+constexpr float kWeightScale = 0.05f;
 constexpr int64_t kMinRows = 16;
 
 TEST(CudaGemm, SplitMatchesCpu) {
@@ -108,7 +111,7 @@ void check_product(BackendPair& p, int64_t rows, int64_t n, int64_t k, bool with
                    WeightType type = WeightType::bf16) {
   const bool fp8 = type == WeightType::fp8;
   const std::string what = fmt::format("rows {} n {} k {} bias {} fp8 {}", rows, n, k, with_bias, fp8);
-  auto w = random_weight(p, type, n, k, uint64_t(n * k + rows));
+  auto w = random_weight(p, type, n, k, uint64_t(n * k + rows), kWeightScale);
   auto x = p.activation(random_floats(size_t(rows * k), uint64_t(rows + 3)), {rows, k});
   auto bias = p.activation(random_floats(size_t(n), 11), {n});
   auto y = p.alloc({rows, n});
@@ -169,7 +172,7 @@ void check_group(BackendPair& p, WeightType type, int64_t rows, int64_t k, const
   auto x = p.activation(random_floats(size_t(rows * k), 5), {rows, k});
   std::vector<std::pair<Tensor, Tensor>> w, bias, y;
   for (size_t i = 0; i < heights.size(); ++i) {
-    w.push_back(random_weight(p, type, heights[i], k, 40 + i));
+    w.push_back(random_weight(p, type, heights[i], k, 40 + i, kWeightScale));
     bias.push_back(p.activation(random_floats(size_t(heights[i]), 50 + i), {heights[i]}));
     y.push_back(p.alloc({rows, heights[i]}));
   }

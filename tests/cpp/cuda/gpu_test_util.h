@@ -84,15 +84,16 @@ struct BackendPair {
 
 enum class WeightType { bf16, f32, fp8 };
 
-// A random weight [n, k] in both backends: N(0, 0.02) values as BF16 or F32, or FP8-block codes
-// (|value| < 2) with block scales in [0.01, 0.02).
-inline std::pair<Tensor, Tensor> random_weight(BackendPair& p, WeightType type, int64_t n, int64_t k, uint64_t seed) {
+// A random weight [n, k] in both backends: random_floats of `scale` as BF16 or F32, or FP8-block
+// codes (|value| < 2) with block scales in [scale / 2, scale).
+inline std::pair<Tensor, Tensor> random_weight(BackendPair& p, WeightType type, int64_t n, int64_t k, uint64_t seed,
+                                                float scale = 0.02f) {
   if (type == WeightType::fp8) {
     const std::vector<int64_t> scales = fp8_block_scale_shape(n, k);
     return p.fp8_weight(random_fp8_codes(size_t(n * k), seed),
-                        random_fp8_scales(size_t(scales[0] * scales[1]), seed + 1), n, k);
+                        random_fp8_scales(size_t(scales[0] * scales[1]), seed + 1, scale / 2), n, k);
   }
-  const auto wf = random_floats(size_t(n * k), seed, 0.02f);
+  const auto wf = random_floats(size_t(n * k), seed, scale);
   return type == WeightType::bf16 ? p.weight(to_bf16(wf).data(), DType::bf16, {n, k})
                                   : p.weight(wf.data(), DType::f32, {n, k});
 }
