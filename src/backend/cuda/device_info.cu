@@ -1,4 +1,5 @@
-// cuda_devices(): enumerates visible GPUs through the CUDA runtime (see device_info.h).
+// cuda_devices(): enumerates visible GPUs through the CUDA runtime; cuda_device_synchronize()
+// (see device_info.h).
 #include "backend/cuda/device_info.h"
 
 #include <cuda_runtime.h>
@@ -19,5 +20,7 @@ std::vector<CudaDeviceInfo> cuda_devices() {
   }
   return devices;
 }
+
+bool cuda_device_synchronize() { return cudaDeviceSynchronize() == cudaSuccess; }
 
 }  // namespace moet

@@ -1,5 +1,6 @@
 // What CUDA devices this process can see, in plain C++ (no CUDA headers), so that the CLI can
-// report them. Returns an empty list (never throws) when the driver or a GPU is absent.
+// report them. Returns an empty list (never throws) when the driver or a GPU is absent. Also a
+// device-wide synchronisation for tests that launch kernels outside a backend.
 #pragma once
 
 #include <string>
@@ -15,5 +16,8 @@ struct CudaDeviceInfo {
 };
 
 std::vector<CudaDeviceInfo> cuda_devices();
+
+// Waits for all work on the current device; false when it ended in a CUDA error.
+bool cuda_device_synchronize();
 
 }  // namespace moet

@@ -15,7 +15,6 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_split.h"
 
-#include <cuda_runtime_api.h>
 
 #include <string>
 
@@ -42,7 +41,7 @@ TEST(CudaGemm, SplitMatchesCpu) {
   Tensor pieces = p.gpu->alloc({2, n}, DType::bf16);
   p.gpu->to_host(xs, x.data());  // the upload is complete before the kernel on the legacy stream
   cuda::split_bf16_launch(xs.as<float>(), n, pieces.as<uint16_t>(), pieces.as<uint16_t>() + n, nullptr);
-  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  ASSERT_TRUE(cuda_device_synchronize());
   const auto gpu = host<uint16_t>(*p.gpu, pieces);
   EXPECT_EQ(0, std::memcmp(gpu.data(), hi.data(), hi.size() * 2));
   for (int64_t i = 0; i < n; ++i) {  // lo of an infinity or NaN is a NaN whose bits the hardware picks
@@ -72,7 +71,7 @@ TEST(CudaGemm, Fp8SplitMatchesCpu) {
   host(*p.gpu, *w.block_scales);  // the uploads are complete before the kernel on the legacy stream
   cuda::fp8_block_split_bf16_launch(w.as<uint8_t>(), w.block_scales->as<float>(), k, row_begin, rows,
                                     pieces.as<uint16_t>(), pieces.as<uint16_t>() + count, nullptr);
-  ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  ASSERT_TRUE(cuda_device_synchronize());
   const auto gpu = host<uint16_t>(*p.gpu, pieces);
   const auto is_nan = [](uint16_t bits) { return (bits & 0x7fff) > 0x7f80; };
   int mismatches = 0;
