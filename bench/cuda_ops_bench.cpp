@@ -19,8 +19,8 @@
 // rotate over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2.
 // Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per KV head
 // (attention); the logits, once (top_logits). Prints a table and writes JSON (argument 1,
-// optional). MOET_OPS_BENCH_ONLY=TEXT runs only the benchmarks whose label ("q_proj",
-// "attention 4096", "router softmax", ...) contains TEXT, so a profiler such as Nsight Compute
+// optional). MOET_OPS_BENCH_ONLY=TEXT[,TEXT...] runs only the benchmarks whose label ("q_proj",
+// "attention 4096", "router softmax", ...) contains one of the TEXTs (starts with it: ^TEXT), so a profiler such as Nsight Compute
 // can be pointed at the first launches of one op.
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
@@ -333,8 +333,20 @@ int main(int argc, char** argv) {
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
   auto& out = report["benchmarks"];
   const char* only = std::getenv("MOET_OPS_BENCH_ONLY");
+  const auto selected = [&](const std::string& label) {
+    if (only == nullptr) return true;
+    std::string texts = only;
+    for (size_t start = 0, end; start <= texts.size(); start = end + 1) {
+      end = std::min(texts.find(',', start), texts.size());
+      const std::string text = texts.substr(start, end - start);
+      const bool anchored = !text.empty() && text[0] == '^';
+      const size_t at = label.find(anchored ? text.substr(1) : text);
+      if (anchored ? at == 0 : at != std::string::npos) return true;
+    }
+    return false;
+  };
   const auto run = [&](const std::string& label, auto&& benchmark) {
-    if (only == nullptr || label.find(only) != std::string::npos) out.push_back(benchmark());
+    if (selected(label)) out.push_back(benchmark());
   };
   const auto gemv = [&](int64_t n, int64_t k, const char* name, const std::vector<int64_t>& group = {}) {
     run(name, [&] { return moet::bench_gemv(bench, n, k, name, group); });

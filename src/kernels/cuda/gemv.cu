@@ -14,10 +14,11 @@
 #include "kernels/cuda/gemv.h"
 
 #include "kernels/cuda/gemv_core.cuh"
+#include "kernels/cuda/gemv_mma.h"
+#include "kernels/cuda/gemv_plan.h"
 #include "kernels/cuda/launch.cuh"
 
 #include <type_traits>
-#include <utility>
 
 namespace moet::cuda {
 namespace {
@@ -60,14 +61,6 @@ __device__ __forceinline__ typename WeightChunk<W>::Row weight_row(const GemvPar
     return static_cast<const W*>(part.w) + b * part.w_batch_stride + n * k + k0;
   }
 }
-
-// Where each part's blocks lie in the launch (parts in launch order: first_block ascending), and
-// its split of k (S = 1 << split_shift).
-struct GemvPlan {
-  int split_shift[kGemvMaxParts];
-  uint32_t blocks[kGemvMaxParts];       // per problem
-  uint32_t first_block[kGemvMaxParts];  // of the part's first problem
-};
 
 // Block `block` of problem b of one part: S warps per column group (split K), R activation rows
 // per pass over the weights (R * kCols <= 32: one lane writes each sum), F loads in flight per lane.
@@ -122,21 +115,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& a, const GemvPart& pa
 template <typename W, int R, int F>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a, GemvPlan plan, bool vec) {
   __shared__ float partial[kWarps][R][kCols];
-  // The block's part, picked with constant indices only (so the parameters are not copied to
-  // local memory for a dynamic index).
-  GemvPart part = a.parts[0];
-  uint32_t first = 0, per_problem = plan.blocks[0];
-  int shift = plan.split_shift[0];
-#pragma unroll
-  for (int q = 1; q < kGemvMaxParts; ++q)
-    if (q < a.part_count && blockIdx.x >= plan.first_block[q]) {
-      part = a.parts[q];
-      first = plan.first_block[q];
-      per_problem = plan.blocks[q];
-      shift = plan.split_shift[q];
-    }
-  const uint32_t local = blockIdx.x - first;
-  const int64_t b = local / per_problem, block = local % per_problem;
+  GemvPart part;
+  int64_t b, block;
+  int shift;
+  gemv_block_of(a, plan, part, b, block, shift);
   switch (shift) {  // uniform in the block
     case 0: gemv_block<W, 1, R, F>(a, part, b, block, vec, partial); break;
     case 1: gemv_block<W, 2, R, F>(a, part, b, block, vec, partial); break;
@@ -195,24 +177,23 @@ bool gemv_vector_ok(const GemvArgs& a) {
   return ok;
 }
 
+// The parts the tensor cores take (gemv_mma.h) run in one launch, the others in a second: a
+// part's bits depend only on its own shape and the row count either way.
 void gemv_launch(const GemvArgs& args, cudaStream_t stream) {
-  GemvArgs a = args;  // parts in launch order: by size, smaller first (equal ones keep their order)
-  const auto size = [](const GemvPart& part) { return part.n * part.batch; };
-  for (int p = 1; p < a.part_count; ++p)
-    for (int at = p; at > 0 && size(a.parts[at - 1]) > size(a.parts[at]); --at) std::swap(a.parts[at - 1], a.parts[at]);
-  GemvPlan plan{};
-  uint32_t blocks = 0;
-  int64_t warps = 0;  // with work: a column group's S warps
-  for (int p = 0; p < a.part_count; ++p) {
-    const GemvPart& part = a.parts[p];
-    plan.split_shift[p] = split_shift_for(part, a.k);
-    const int64_t cols_per_block = kCols * (kWarps >> plan.split_shift[p]);
-    plan.blocks[p] = uint32_t((part.n + cols_per_block - 1) / cols_per_block);
-    plan.first_block[p] = blocks;
-    blocks += plan.blocks[p] * uint32_t(part.batch);
-    warps += (part.n + kCols - 1) / kCols * part.batch << plan.split_shift[p];
+  const bool vec = gemv_vector_ok(args);
+  GemvArgs mma = args, core = args;
+  mma.part_count = core.part_count = 0;
+  for (int p = 0; p < args.part_count; ++p) {
+    GemvArgs& into = vec && gemv_mma_takes(args, args.parts[p]) ? mma : core;
+    into.parts[into.part_count++] = args.parts[p];
   }
-  const bool vec = gemv_vector_ok(a);
+  if (mma.part_count > 0) gemv_mma_launch(mma, stream);
+  if (core.part_count == 0) return;
+  GemvArgs& a = core;
+  const GemvLayout layout =
+      plan_gemv(a, kWarps, kCols, [&](const GemvPart& part) { return split_shift_for(part, a.k); });
+  const GemvPlan& plan = layout.plan;
+  const int64_t blocks = layout.blocks, warps = layout.warps;
   switch (a.weights) {
     case GemvWeights::bf16: launch_shape<uint16_t>(a, plan, blocks, warps, vec, stream); break;
     case GemvWeights::f32: launch_shape<float>(a, plan, blocks, warps, vec, stream); break;

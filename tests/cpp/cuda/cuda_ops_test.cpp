@@ -137,11 +137,18 @@ TEST(CudaOps, MatmulGroupMatchesMatmuls) {
   EXPECT_THROW(p.gpu->matmul_group(x.second, mismatched), Error);
 }
 
+// Whether a product of `rows` rows takes the tensor-core GEMV (kernels/cuda/gemv_mma.h: BF16
+// weights, k % 32 == 0, n >= 2048, 4 rows or more).
+bool takes_tensor_cores(WeightType type, int64_t n, int64_t k, int64_t rows) {
+  return type == WeightType::bf16 && k % 32 == 0 && n >= 2048 && rows >= 4;
+}
+
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
-// router 128 x 4096) and odd ones: 8 rows against the CPU; every row count 1..7 bit-identical to
-// the first rows of the 8-row result (batch invariance; one row takes a kernel of its own); the 8
-// rows reversed give the reversed bits (a row's place in the MMA tile does not matter); a second
-// run bit-identical.
+// router 128 x 4096) and odd ones: 8 and 3 rows against the CPU; every row count 1..7
+// bit-identical to the first rows of the 8-row result when both take the same kernel (batch
+// invariance; shapes the tensor cores take from 4 rows give rows 1..3 the CUDA-core GEMV, checked
+// against the 3-row result instead; one row takes a kernel of its own); the 8 rows reversed give
+// the reversed bits (a row's place in the MMA tile does not matter); a second run bit-identical.
 void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, WeightType type) {
   const int64_t rows = 8;
   auto w = random_weight(p, type, n, k, uint64_t(n + k));
@@ -154,11 +161,20 @@ void check_decode_matmul(BackendPair& p, int64_t n, int64_t k, WeightType type) 
   const std::string what = "n " + std::to_string(n) + " k " + std::to_string(k) + " type " + std::to_string(int(type));
   EXPECT_LT(max_rel_diff(p, y), kTol) << what;
   const auto gpu = host(*p.gpu, y.second);
+  const int64_t few = 3;
+  auto x_few = p.activation({xs.begin(), xs.begin() + few * k}, {few, k});
+  auto y_few = p.alloc({few, n});
+  p.cpu->matmul(x_few.first, w.first, &bias.first, y_few.first);
+  p.gpu->matmul(x_few.second, w.second, &bias.second, y_few.second);
+  EXPECT_LT(max_rel_diff(p, y_few), kTol) << what << " rows " << few;
+  const auto gpu_few = host(*p.gpu, y_few.second);
   for (int64_t r = 1; r < rows; ++r) {
     Tensor xr = p.activation({xs.begin(), xs.begin() + r * k}, {r, k}).second, yr = p.gpu->alloc({r, n});
     p.gpu->matmul(xr, w.second, &bias.second, yr);
     const auto part = host(*p.gpu, yr);
-    EXPECT_EQ(0, std::memcmp(part.data(), gpu.data(), part.size() * sizeof(float))) << what << " rows " << r;
+    const bool same_kernel = takes_tensor_cores(type, n, k, r) == takes_tensor_cores(type, n, k, rows);
+    const auto& whole = same_kernel ? gpu : gpu_few;
+    EXPECT_EQ(0, std::memcmp(part.data(), whole.data(), part.size() * sizeof(float))) << what << " rows " << r;
   }
   std::vector<float> reversed;
   for (int64_t r = rows - 1; r >= 0; --r) reversed.insert(reversed.end(), xs.begin() + r * k, xs.begin() + (r + 1) * k);
@@ -201,50 +217,58 @@ TEST(CudaOps, Fp8BlockDecodeMatmulMatchesCpu) {
     check_decode_matmul(p, n, k, WeightType::fp8);
 }
 
-// FP8-block weights at 1..20 rows (several 8-row passes) with a bias, at odd shapes, on the GEMV
-// (a backend with gemm_min_rows 0: from 16 rows products otherwise take the tensor cores,
-// cuda_gemm_test.cpp): against the CPU; the 20-row result's first r rows bit-identical to an r-row
-// launch; in a matmul_group of three FP8 parts, bit-identical to one matmul per part.
-TEST(CudaOps, Fp8BlockMatmulRowsMatchCpu) {
+// FP8-block and BF16 weights at 1..36 rows (several passes: 8 rows for the CUDA-core GEMV, 16 for
+// the tensor-core one, which BF16 takes from 4 rows when k % 32 == 0: n = 2051 here) with a bias,
+// at odd shapes, on the GEMV (a backend with gemm_min_rows 0: from 16 rows products otherwise take
+// cuBLASLt, cuda_gemm_test.cpp): against the CPU; the 36-row result's first r rows bit-identical
+// to an r-row launch taking the same kernel; in a matmul_group of three parts, bit-identical to
+// one matmul per part.
+TEST(CudaOps, MatmulRowsMatchCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
   CudaBackendOptions gemv_only;
   gemv_only.gemm_min_rows = 0;
   p.gpu = cuda_backend_create(gemv_only);
-  const int64_t n = 131, max_rows = 20;
+  const int64_t max_rows = 36;
+  for (WeightType type : {WeightType::fp8, WeightType::bf16})
   for (int64_t k : {64, 300, 720, 1040, 2048}) {
-    auto w = random_weight(p, WeightType::fp8, n, k, uint64_t(k));
+    const int64_t n = type == WeightType::bf16 ? 2051 : 131;
+    auto w = random_weight(p, type, n, k, uint64_t(k));
     auto bias = p.activation(random_floats(size_t(n), 9), {n});
     const auto xs = random_floats(size_t(max_rows * k), uint64_t(k) + 1);
     auto x = p.activation(xs, {max_rows, k});
     auto y = p.alloc({max_rows, n});
     p.gpu->matmul(x.second, w.second, &bias.second, y.second);
     const auto all = host(*p.gpu, y.second);
-    for (int64_t rows : {1, 2, 5, 8, 9, 16, 20}) {
+    for (int64_t rows : {1, 2, 5, 8, 9, 16, 17, 20, 36}) {
       auto xr = p.activation({xs.begin(), xs.begin() + rows * k}, {rows, k});
       auto yr = p.alloc({rows, n});
       p.cpu->matmul(xr.first, w.first, &bias.first, yr.first);
       p.gpu->matmul(xr.second, w.second, &bias.second, yr.second);
-      EXPECT_LT(max_rel_diff(p, yr), kTol) << "k " << k << " rows " << rows;
+      const std::string what = fmt::format("type {} k {} rows {}", int(type), k, rows);
+      EXPECT_LT(max_rel_diff(p, yr), kTol) << what;
       const auto part = host(*p.gpu, yr.second);
-      EXPECT_EQ(0, std::memcmp(part.data(), all.data(), part.size() * sizeof(float))) << "k " << k << " rows " << rows;
+      if (takes_tensor_cores(type, n, k, rows) == takes_tensor_cores(type, n, k, max_rows))
+        EXPECT_EQ(0, std::memcmp(part.data(), all.data(), part.size() * sizeof(float))) << what;
     }
   }
-  const int64_t k = 1024, rows = 3;
-  auto x = p.activation(random_floats(size_t(rows * k), 5), {rows, k});
-  std::vector<std::pair<Tensor, Tensor>> w, y;
-  std::vector<MatmulPart> parts;
-  for (int64_t height : {2048, 576, 130}) {
-    w.push_back(random_weight(p, WeightType::fp8, height, k, uint64_t(height)));
-    y.push_back(p.alloc({rows, height}));
-  }
-  for (size_t i = 0; i < w.size(); ++i) parts.push_back({&w[i].second, nullptr, &y[i].second});
-  p.gpu->matmul_group(x.second, parts);
-  for (size_t i = 0; i < w.size(); ++i) {
-    Tensor alone = p.gpu->alloc({rows, w[i].second.dim(0)});
-    p.gpu->matmul(x.second, w[i].second, nullptr, alone);
-    const auto grouped = host(*p.gpu, y[i].second), one = host(*p.gpu, alone);
-    EXPECT_EQ(0, std::memcmp(grouped.data(), one.data(), one.size() * sizeof(float))) << "part " << i;
+  for (WeightType type : {WeightType::fp8, WeightType::bf16}) {
+    const int64_t k = 1024, rows = 5;
+    auto x = p.activation(random_floats(size_t(rows * k), 5), {rows, k});
+    std::vector<std::pair<Tensor, Tensor>> w, y;
+    std::vector<MatmulPart> parts;
+    for (int64_t height : {2048, 576, 130}) {
+      w.push_back(random_weight(p, type, height, k, uint64_t(height)));
+      y.push_back(p.alloc({rows, height}));
+    }
+    for (size_t i = 0; i < w.size(); ++i) parts.push_back({&w[i].second, nullptr, &y[i].second});
+    p.gpu->matmul_group(x.second, parts);
+    for (size_t i = 0; i < w.size(); ++i) {
+      Tensor alone = p.gpu->alloc({rows, w[i].second.dim(0)});
+      p.gpu->matmul(x.second, w[i].second, nullptr, alone);
+      const auto grouped = host(*p.gpu, y[i].second), one = host(*p.gpu, alone);
+      EXPECT_EQ(0, std::memcmp(grouped.data(), one.data(), one.size() * sizeof(float))) << "type " << int(type) << " part " << i;
+    }
   }
 }
 
@@ -255,8 +279,9 @@ TEST(CudaOps, HeadMatmulMatchesCpu) {
   struct Shape {
     int64_t rows, heads, n, k, x_stride, y_stride;
   };
-  for (const Shape& s :
-       {Shape{5, 4, 24, 32, 48, 40}, Shape{3, 16, 512, 128, 192, 576}, Shape{2, 16, 128, 512, 512, 128}}) {
+  // (The last three take the tensor-core GEMV: 4 rows or more, n * heads >= 2048.)
+  for (const Shape& s : {Shape{5, 4, 24, 32, 48, 40}, Shape{3, 16, 512, 128, 192, 576}, Shape{2, 16, 128, 512, 512, 128},
+                         Shape{5, 16, 512, 128, 192, 576}, Shape{6, 16, 128, 512, 512, 128}, Shape{11, 16, 128, 64, 64, 128}}) {
     const auto wb = to_bf16(random_floats(size_t(s.heads * s.n * s.k), 3, 0.1f));
     auto w = p.weight(wb.data(), DType::bf16, {s.heads, s.n, s.k});
     auto x = p.activation(random_floats(size_t(s.rows * s.heads * s.x_stride), 4), {s.rows, s.heads, s.x_stride});
