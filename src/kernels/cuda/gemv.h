@@ -1,8 +1,8 @@
 // Batched products y = x @ w^T (+ bias) with BF16, F32 or FP8-block weights [n, k] (e4m3 codes
 // with one F32 scale per 128x128 block, scales [ceil(n/128), ceil(k/128)]), FP32 activations and
 // FP32 accumulation, for few rows (decode) and many (prefill: weights are re-read once per 8
-// rows, or 16 on the tensor cores, which take BF16 weights with k % 32 == 0: gemv_mma.h). One
-// launch runs up to kGemvMaxParts products of the same x (GQA's q, k and v), each
+// rows, or 16 on the tensor cores, which take the large BF16 and FP8-block products of 4 rows
+// and more: gemv_mma.h). One launch runs up to kGemvMaxParts products of the same x (GQA's q, k and v), each
 // with its own weights and output; a part may hold `batch` independent problems laid out with
 // element strides (per-head matmuls of MLA use batch = heads). Deterministic and batch-invariant
 // (see gemv_core.cuh); a part's results are bit-identical whatever else its launch holds.

@@ -138,9 +138,10 @@ TEST(CudaOps, MatmulGroupMatchesMatmuls) {
 }
 
 // Whether a product of `rows` rows takes the tensor-core GEMV (kernels/cuda/gemv_mma.h: BF16
-// weights, k % 32 == 0, n >= 2048, 4 rows or more).
+// weights with k % 32 == 0 or FP8-block ones with k % 64 == 0, n >= 2048, 4 rows or more).
 bool takes_tensor_cores(WeightType type, int64_t n, int64_t k, int64_t rows) {
-  return type == WeightType::bf16 && k % 32 == 0 && n >= 2048 && rows >= 4;
+  const bool shape = type == WeightType::bf16 ? k % 32 == 0 : type == WeightType::fp8 && k % 64 == 0;
+  return shape && n >= 2048 && rows >= 4;
 }
 
 // The decode shapes of Qwen3-235B (q/o projections 8192 x 4096 / 4096 x 8192, K/V 512 x 4096,
@@ -205,20 +206,23 @@ TEST(CudaOps, DecodeMatmulShapesMatchCpu) {
 // FP8-block weights: DeepSeek-V3's dense products (q_a 1536 x 7168, q_b 24576 x 1536, kv_a
 // 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048: one slice
 // or split K, whose slices start on block boundaries), partial blocks in both directions (131 x
-// 1040), an LM-head-sized launch of several waves, and k % 16 != 0 (the scalar path), through
-// check_decode_matmul: against the CPU within FP32 rounding (the GPU sums each lane's 16 codes
-// times x, then scales the sum; the CPU scales each weight first) and batch-invariant by memcmp.
+// 1040), an LM-head-sized launch of several waves, k % 16 != 0 (the scalar path) and, on the
+// tensor cores from 4 rows, a half block at the end of k with a partial tile (2100 x 1088), through
+// check_decode_matmul: against the CPU within FP32 rounding (the GPU sums 16 codes (CUDA cores) or
+// a 128-k block (tensor cores) times x, then scales the sum; the CPU scales each weight first) and
+// batch-invariant by memcmp within each kernel.
 TEST(CudaOps, Fp8BlockDecodeMatmulMatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
   for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
            {1536, 7168}, {24576, 1536}, {576, 7168}, {7168, 16384}, {4096, 7168}, {7168, 2048}, {131, 1040},
-           {40000, 512}, {77, 4104}, {77, 200}})
+           {40000, 512}, {77, 4104}, {77, 200}, {2100, 1088}})
     check_decode_matmul(p, n, k, WeightType::fp8);
 }
 
 // FP8-block and BF16 weights at 1..36 rows (several passes: 8 rows for the CUDA-core GEMV, 16 for
-// the tensor-core one, which BF16 takes from 4 rows when k % 32 == 0: n = 2051 here) with a bias,
+// the tensor-core one, which takes them from 4 rows when k % 32 (BF16) or 64 (FP8) is 0: n = 2051
+// here) with a bias,
 // at odd shapes, on the GEMV (a backend with gemm_min_rows 0: from 16 rows products otherwise take
 // cuBLASLt, cuda_gemm_test.cpp): against the CPU; the 36-row result's first r rows bit-identical
 // to an r-row launch taking the same kernel; in a matmul_group of three parts, bit-identical to
@@ -232,7 +236,7 @@ TEST(CudaOps, MatmulRowsMatchCpu) {
   const int64_t max_rows = 36;
   for (WeightType type : {WeightType::fp8, WeightType::bf16})
   for (int64_t k : {64, 300, 720, 1040, 2048}) {
-    const int64_t n = type == WeightType::bf16 ? 2051 : 131;
+    const int64_t n = 2051;
     auto w = random_weight(p, type, n, k, uint64_t(k));
     auto bias = p.activation(random_floats(size_t(n), 9), {n});
     const auto xs = random_floats(size_t(max_rows * k), uint64_t(k) + 1);
