@@ -67,6 +67,12 @@ else
     --layers 94 --profile --json-out "$OUT_DIR/e2e_qwen3_235b.json"
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
     --layers 5 --profile --json-out "$OUT_DIR/e2e_deepseek_v3.json"
+  # Eight sequences decoded together (the few-row products on the tensor cores, docs/gpu.md Run 17).
+  for model in Qwen3-235B-A22B:94 DeepSeek-V3:5; do
+    name=$(echo "${model%%:*}" | tr 'A-Z.-' 'a-z__' | sed 's/_a22b//')
+    step e2e_${name}_batch8 "$MOET" bench --device cuda --config "bench/configs/${model%%:*}.config.json" \
+      --layers "${model##*:}" --batch 8 --json-out "$OUT_DIR/e2e_${name}_batch8.json"
+  done
   # The runs above decode at 17..48 keys (the bench's 16-token prompt); this one at 2049..2080.
   step e2e_qwen3_30b_context2k "$MOET" bench --device cuda --config bench/configs/Qwen3-30B-A3B.config.json \
     --layers 48 --prompt-tokens 2048 --json-out "$OUT_DIR/e2e_qwen3_30b_context2k.json"
