@@ -27,6 +27,7 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -94,8 +95,7 @@ struct Shape {
   static constexpr int kRingFloats = kStages * kStageFloats;
   static constexpr int kAcc = MT * 2 * 4;             // a lane's accumulators
   static constexpr int kSumFloats = 16 * MT * kTile;  // a tile's sums, [A row][output column]
-  static constexpr int kRegion = kRingFloats > kAcc * 32 ? (kRingFloats > kSumFloats ? kRingFloats : kSumFloats)
-                                                         : (kAcc * 32 > kSumFloats ? kAcc * 32 : kSumFloats);
+  static constexpr int kRegion = std::max({kRingFloats, kAcc * 32, kSumFloats});  // a warp's shared memory
   static_assert(kSteps % kStages == 0 && kSteps % 2 == 0, "a weight slot's stage and scale parity are fixed");
 };
 
@@ -115,7 +115,7 @@ __device__ __forceinline__ uint4 split_term(const float4& a, const float4& b, ui
   return {words[0], words[1], words[2], words[3]};
 }
 
-// Where one of a lane's A rows takes its activations: ring row `row` (float offset in a stage,
+// Where one of a lane's A rows takes its activations (`offset`: its ring row's floats in a stage,
 // plus the lane's k) and the term masks.
 struct ARow {
   int offset;
