@@ -20,8 +20,8 @@
 // Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per KV head
 // (attention); the logits, once (top_logits). Prints a table and writes JSON (argument 1,
 // optional). MOET_OPS_BENCH_ONLY=TEXT[,TEXT...] runs only the benchmarks whose label ("q_proj",
-// "attention 4096", "router softmax", ...) contains one of the TEXTs (starts with it: ^TEXT), so a profiler such as Nsight Compute
-// can be pointed at the first launches of one op.
+// "attention 4096", "router softmax", ...) contains one of the TEXTs (^TEXT: starts with it), so
+// a profiler such as Nsight Compute can be pointed at the first launches of one op.
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"

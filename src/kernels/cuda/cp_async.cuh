@@ -19,16 +19,14 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits for this thread's copy groups but the newest one.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 // Waits until at most N of this thread's copy groups are pending.
 template <int N>
 __device__ __forceinline__ void cp_async_wait_pending() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// Waits for this thread's copy groups but the newest one.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { cp_async_wait_pending<1>(); }
 // Waits for all of this thread's copy groups.
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait_pending<0>(); }
 
 }  // namespace moet::cuda

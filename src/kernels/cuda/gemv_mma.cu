@@ -29,7 +29,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <type_traits>
 
 namespace moet::cuda {
 namespace {
