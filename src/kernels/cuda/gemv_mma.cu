@@ -198,17 +198,31 @@ struct TileDot {
         uint32_t w[2][W::kPairs];
         W::pairs(lo[u], w[0]);
         W::pairs(hi[u], w[1]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {  // one A tile's activations at a time (registers)
-          uint32_t top[W::kPairs], bottom[W::kPairs];
-          float4 xv[kStepK / 16];
+        // BF16 reads every A tile's activations and refills the stage before its MMAs (measured
+        // faster at 8 rows, docs/gpu.md Run 18); FP8, short of registers, one A tile at a time.
+        constexpr bool kAllAhead = !W::kScaled;
+        float4 xv[kAllAhead ? MT : 1][2][kStepK / 16];
+        const auto read = [&](int m, float4 (&into)[2][kStepK / 16]) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float4* at = reinterpret_cast<const float4*>(ring + a[m][h].offset + stage * S::kStageFloats);
 #pragma unroll
-            for (int v = 0; v < kStepK / 16; ++v) xv[v] = at[v];
-            a_pairs<W>(xv, a[m][h], h == 0 ? top : bottom);
+            for (int v = 0; v < kStepK / 16; ++v) into[h][v] = at[v];
           }
+        };
+        if constexpr (kAllAhead) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) read(m, xv[m]);
+          __syncwarp();  // the stage is read before it is refilled
+          fetch(stage, i + S::kStages);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          auto& x = xv[kAllAhead ? m : 0];
+          if constexpr (!kAllAhead) read(m, x);
+          uint32_t top[W::kPairs], bottom[W::kPairs];
+          a_pairs<W>(x[0], a[m][0], top);
+          a_pairs<W>(x[1], a[m][1], bottom);
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -216,8 +230,10 @@ struct TileDot {
               mma_bf16_16816(into[m][j], top[2 * q], bottom[2 * q], top[2 * q + 1], bottom[2 * q + 1], w[j][2 * q],
                              w[j][2 * q + 1]);
         }
-        __syncwarp();  // the stage is read before it is refilled
-        fetch(stage, i + S::kStages);
+        if constexpr (!kAllAhead) {
+          __syncwarp();  // the stage is read before it is refilled
+          fetch(stage, i + S::kStages);
+        }
         if (i + kSteps < steps) load(u, i + kSteps);  // after the conversion: the slot's registers are free
         // FP8: a block is two steps, the slice starting on one (u's parity is the step's).
         if (W::kScaled && (u % 2 == 1 || i + 1 == steps)) {
