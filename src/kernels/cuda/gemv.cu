@@ -124,7 +124,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& a, const GemvPart& pa
 }
 
 template <typename W, int R, int F>
-__global__ void __launch_bounds__(kWarps * 32, R == 1 ? kOneRowBlocksPerSm : 1) gemv_kernel(GemvArgs a, GemvPlan plan, bool vec) {
+__global__ void __launch_bounds__(kWarps * 32, R == 1 ? kOneRowBlocksPerSm : 1)
+    gemv_kernel(GemvArgs a, GemvPlan plan, bool vec) {
   __shared__ float partial[kWarps][R][kCols];
   GemvPart part;
   int64_t b, block;
