@@ -13,8 +13,8 @@
 //            item pair into FP32 accumulators (the R tiles share each load of the activations,
 //            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is
 //            written out by that warp; one shared by several warps gets each one's partial sums
-//            in a scratch slot, and the warp that finishes last (a per-block counter) adds them
-//            in warp order and writes it.
+//            in a scratch slot, and the warp that finishes last (a per-block counter, counted
+//            with release/acquire order) adds them in warp order and writes it.
 //            gate_up ends with SiLU-and-mul, written already split for down; down writes each
 //            item's output rows for moe.cu's fixed-order combine, its first units fetched before
 //            it waits for gate_up.
@@ -229,6 +229,13 @@ __device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)
     if (block * R + r < tiles) write_outputs<kGateUp, P>(a, acc[r], block * R + r, ps.first, ps.end, lane >> 2, lane & 3);
 }
 
+// Adds 1 to *counter at GPU scope with acquire-release order; returns the count before.
+__device__ __forceinline__ uint32_t count_acq_rel(uint32_t* counter) {
+  uint32_t before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
+}
+
 // The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
 // block): writes the block if the warp covered it alone, else leaves its partial sums and, if it
 // is the block's last warp to finish, adds every warp's partial sums in warp order and writes it.
@@ -251,14 +258,17 @@ __device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& 
     for (int p = 0; p < P; ++p)
 #pragma unroll
       for (int i = 0; i < 4; ++i) own[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
-  __threadfence();
+  // The warp barrier orders every lane's stores before lane 0's count, whose release publishes
+  // them and whose acquire (in the last warp) makes every other warp's visible to its lanes after
+  // the second barrier. No full fences: they also wait for the ring's loads in flight.
+  __syncwarp();
   const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
   const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
-  if (lane == 0) done = atomicAdd(a.tile_done + counter, 1u);
+  if (lane == 0) done = count_acq_rel(a.tile_done + counter);
   done = __shfl_sync(0xffffffffu, done, 0);
   if (done != uint32_t(last - first)) return;
-  __threadfence();
+  __syncwarp();
   for (int64_t w = first; w <= last; ++w) {
     const float* theirs = a.partial + slot_of(w) + lane;
 #pragma unroll
