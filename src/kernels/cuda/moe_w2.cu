@@ -201,15 +201,15 @@ __device__ __forceinline__ void load_activations(const uint4* const (&xs)[P], in
     for (int q = 0; q < 4; ++q) xv[p][q] = __ldg(xs[p] + chunk * 16 + q * 4);
 }
 
-// Adds one chunk's products into acc: word q of the lane's codes is scale block q (k-steps 2q and
-// 2q + 1); even registers hold row g (scale bytes scale.x), odd ones row g + 8 (scale.y).
+// Adds one chunk's products into acc: word q of the lane's codes is k-steps 2q and 2q + 1
+// (w2_layout.h); even registers hold row g (scale bytes scale.x), odd ones row g + 8 (scale.y).
 template <int P>
 __device__ __forceinline__ void multiply_chunk(const uint4& code, const uint2& scale, const uint4 (&xv)[P][4],
                                                float (&acc)[P][4]) {
   const uint32_t words[4] = {code.x, code.y, code.z, code.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const uint32_t top = w2_block_base(scale.x, q), bottom = w2_block_base(scale.y, q);
+    const uint32_t top = w2_word_base(scale.x, q), bottom = w2_word_base(scale.y, q);
     uint32_t frag[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) frag[j] = w2_decode(words[q], j, j % 2 ? bottom : top);

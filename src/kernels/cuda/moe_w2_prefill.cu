@@ -9,8 +9,8 @@
 // accumulated into the same FP32 accumulators. So a weight is decoded once per 64 items, where
 // the decode-oriented kernels (moe_w2.cu) decode it once per 2 to 8. gate_up ends with
 // SiLU-and-mul written split for down; down writes each item's output rows for the combine.
-// Sums have a fixed order (chunks ascending; within a chunk its four scale blocks ascending, each
-// the terms hi, mid, lo over the block's two k-steps): bit-identical reruns. The bits differ
+// Sums have a fixed order (chunks ascending; within a chunk its four code words ascending, each
+// the terms hi, mid, lo over the word's two k-steps): bit-identical reruns. The bits differ
 // from the decode kernels' (which add the three terms' sums at the end); both are FP32
 // accumulations of exact products.
 #include "kernels/cuda/moe_w2_prefill.h"
@@ -79,7 +79,7 @@ __device__ __forceinline__ void multiply_chunk(const uint4 (&codes)[kTilesPerWar
 #pragma unroll
     for (int t = 0; t < kTilesPerWarp; ++t) {
       const uint32_t word = q == 0 ? codes[t].x : q == 1 ? codes[t].y : q == 2 ? codes[t].z : codes[t].w;
-      const uint32_t top = w2_block_base(scales[t].x, q), bottom = w2_block_base(scales[t].y, q);
+      const uint32_t top = w2_word_base(scales[t].x, q), bottom = w2_word_base(scales[t].y, q);
 #pragma unroll
       for (int j = 0; j < 8; ++j) frag[t][j] = w2_decode(word, j, j % 2 ? bottom : top);
     }

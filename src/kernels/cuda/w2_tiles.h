@@ -3,8 +3,9 @@
 // scale per 32 columns) is cut into tiles of 16 rows x 128 columns (cols padded to a multiple of
 // 128, tiles to a multiple of kW2TileBlock with padding rows). One record of 576 bytes per (tile,
 // chunk): 512 code bytes, lane l's 16 bytes being exactly its A fragments of eight m16n8k16 BF16
-// MMAs (word q = scale block q of the chunk = k-steps 2q and 2q + 1), then 64 scale bytes
-// [8 groups g][rows g, g + 8][4 blocks] (the 8 bytes the lanes of group g need). Records run
+// MMAs (word w = k-steps 2w and 2w + 1, whose registers pair scale blocks w / 2 and w / 2 + 2:
+// w2_layout.h), then 64 scale bytes [8 groups g][rows g, g + 8][4 blocks] (the 8 bytes the lanes
+// of group g need). Records run
 // (block of kW2TileBlock tiles, chunk, tile in the block): a kernel streaming a block's tiles
 // side by side reads one contiguous run of memory.
 // Each code becomes two bits of a 32-bit word: m (|level| = 4) and s (negative), placed so that

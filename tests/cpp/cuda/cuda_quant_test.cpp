@@ -6,11 +6,12 @@
 // multiples of 32 that leave
 // lanes idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results
 // agree within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU).
-// GPU cases skip with a message when no GPU is visible; the pass-size choice is host code and
-// always runs.
+// GPU cases skip with a message when no GPU is visible; the pass-size choice and the W2 tile
+// layout's index arithmetic are host code and always run.
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/moe_w2_prefill.h"
+#include "kernels/cuda/w2_layout.h"
 
 #include <numeric>
 #include <set>
@@ -119,6 +120,40 @@ TEST(CudaQuantMoe, PassSizesFollowTheItemsPerExpert) {
   }
   EXPECT_EQ((std::set<int>{1, 2, 4}), pairs);
   EXPECT_EQ((std::set<int>{1, 2, 4, 8}), rows_per_pass);
+}
+
+// The A fragments (w2_fragment_pos) and the split activations (w2_split_offset) must put the same
+// column under the same k of the same k-step, each covering a chunk once, and a register half's
+// exponent base (w2_word_base) must be the scale byte of that column's block.
+TEST(CudaQuantMoe, W2FragmentsAndActivationsPairTheSameColumns) {
+  using cuda::w2_fragment_pos;
+  constexpr int64_t kChunk = 3;  // any chunk: offsets are per chunk plus a fixed stride
+  std::set<std::pair<int, int>> weights;
+  std::set<int64_t> offsets;
+  for (int lane = 0; lane < 32; ++lane) {
+    const int c = lane & 3;
+    for (int w = 0; w < 4; ++w)
+      for (int j = 0; j < 8; ++j)
+        for (int h = 0; h < 2; ++h) {
+          const cuda::W2FragmentPos pos = w2_fragment_pos(lane, w, j, h);
+          ASSERT_TRUE(pos.row >= 0 && pos.row < 16 && pos.col >= 0 && pos.col < 128);
+          EXPECT_TRUE(weights.insert({pos.row, pos.col}).second) << "lane " << lane << " w " << w << " j " << j;
+          // B register r = (j & 3) >> 1 of k-step j >> 2 holds k = 2c + 8r + h, as A register j & 3 does.
+          const int step = j >> 2, r = (j & 3) >> 1;
+          const int64_t expected = ((kChunk * 16 + w * 4 + c) * 8) + step * 4 + r * 2 + h;
+          EXPECT_EQ(expected, cuda::w2_split_offset(kChunk * 128 + pos.col)) << "column " << pos.col;
+          offsets.insert(cuda::w2_split_offset(kChunk * 128 + pos.col));
+          EXPECT_EQ(pos.col / 32, cuda::w2_half_block(w, h));
+          const uint32_t bytes = 0xFB7F0105u;  // blocks 0..3: 0x05, 0x01, 0x7F, 0xFB
+          const uint32_t exponent = (cuda::w2_word_base(bytes, w) >> (7 + 16 * h)) & 0xFF;
+          EXPECT_EQ((bytes >> (8 * (pos.col / 32))) & 0xFF, exponent) << "word " << w << " half " << h;
+          EXPECT_EQ(0u, cuda::w2_word_base(bytes, w) & ~0x7F807F80u);
+        }
+  }
+  EXPECT_EQ(size_t(16 * 128), weights.size());
+  EXPECT_EQ(size_t(128), offsets.size());
+  EXPECT_EQ(kChunk * 128, *offsets.begin());
+  EXPECT_EQ(kChunk * 128 + 127, *offsets.rbegin());
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4),
