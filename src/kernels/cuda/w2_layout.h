@@ -27,7 +27,9 @@ __host__ __device__ constexpr int w2_half_block(int w, int h) { return w / 2 + 2
 
 // Column within its scale block of k-step `step` (0, 1) of word w, lane column c (0..3), A
 // register pair r = 0 (k = 2c, 2c + 1) or 1 (k = 2c + 8, 2c + 9): one of 32, each exactly once.
-__host__ __device__ constexpr int w2_block_col(int w, int step, int c, int r) { return 16 * (w % 2) + 8 * step + 2 * c + r; }
+__host__ __device__ constexpr int w2_block_col(int w, int step, int c, int r) {
+  return 16 * (w % 2) + 8 * step + 2 * c + r;
+}
 
 // Lane `lane`'s word w, register j (0..7: k-step j / 4, A register j % 4), half h of one chunk.
 __host__ __device__ inline W2FragmentPos w2_fragment_pos(int lane, int w, int j, int h) {
