@@ -260,7 +260,8 @@ __device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& 
       for (int i = 0; i < 4; ++i) own[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
   // The warp barrier orders every lane's stores before lane 0's count, whose release publishes
   // them and whose acquire (in the last warp) makes every other warp's visible to its lanes after
-  // the second barrier. No full fences: they also wait for the ring's loads in flight.
+  // the second barrier. Two full fences here instead cost 1-2% of the op at batch 1 (docs/gpu.md,
+  // Run 19).
   __syncwarp();
   const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
