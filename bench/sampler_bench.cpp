@@ -1,5 +1,6 @@
 // Host sampling of one token from a Qwen3-size vocabulary (151936 logits), per sampling setting:
-// greedy, temperature alone, with top-p, top-k and min-p. Two logit shapes: "peaked" (a few
+// greedy, temperature alone, with top-p, top-k and min-p, and greedy or temperature with the 5
+// best logprobs (their normaliser is a sum over the whole vocabulary). Logit shapes: "peaked" (a few
 // likely tokens over a long tail, as a trained model's next-token distribution mostly is) and
 // "flat" (normal logits of spread 3: the truncations reach deeper into the sorted order), and
 // "uniform" (spread 1 at temperature 5: nearly flat, the draw walks half the vocabulary, the
@@ -31,13 +32,14 @@ std::vector<float> logits(bool peaked, float spread = 3.0f) {
 }
 
 void sample(benchmark::State& state, bool peaked, float temperature, float top_p, int64_t top_k, float min_p,
-            float spread = 3.0f) {
+            float spread = 3.0f, int64_t logprobs = -1) {
   const std::vector<float> values = logits(peaked, spread);
   moet::SamplingParams params;
   params.temperature = temperature;
   params.top_p = top_p;
   params.top_k = top_k;
   params.min_p = min_p;
+  params.logprobs = logprobs;
   params.seed = 3;
   moet::Sampler sampler(params);
   for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(values.data(), kVocab).token);
@@ -82,6 +84,8 @@ BENCHMARK_CAPTURE(sample, t10_min_p005_peaked, true, 1.0f, 1.0f, 0, 0.05f)->Unit
 BENCHMARK_CAPTURE(sample, t07_flat, false, 0.7f, 1.0f, 0, 0.0f)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(sample, t07_top_p09_flat, false, 0.7f, 0.9f, 0, 0.0f)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(sample, t50_uniform, false, 5.0f, 1.0f, 0, 0.0f, 1.0f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(sample, greedy_logprobs5_peaked, true, 0.0f, 1.0f, 0, 0.0f, 3.0f, 5)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(sample, t07_logprobs5_peaked, true, 0.7f, 1.0f, 0, 0.0f, 3.0f, 5)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(full_sort, t07_peaked, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(full_sort, t07_flat, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

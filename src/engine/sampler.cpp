@@ -1,14 +1,15 @@
-// Sampler implementation (see sampler.h). Probabilities in double; truncation over the pool (the
-// whole row, or sample_top()'s best logits) sorted by rank key (kernels/cpu/top_logits.h: by
-// processed logit, ties by id, so by probability too), then one uniform draw. The sorted order is
-// built as far as it is read: the k best entries are those at or above the k-th largest key (one
-// nth_element over the keys), sorted; k grows fourfold when more is needed, the new entries
-// sorted after the old, and from a quarter of the pool on all the rest at once (a nearly flat
-// distribution costs about one full sort). A sum over the whole vocabulary (the top-p normaliser
-// without top-k) is taken in token order.
+// Sampler implementation (see sampler.h). Weights e^((logit - max) / T) in float
+// (kernels/cpu/softmax_weights.h), sums of them in double; truncation over the pool (the whole
+// row, or sample_top()'s best logits) sorted by rank key (kernels/cpu/top_logits.h: by processed
+// logit, ties by id, so by probability too), then one uniform draw. The sorted order is built as
+// far as it is read: the k best entries (append_best_keys), sorted; k grows fourfold when more
+// is needed, the new entries sorted after the old, and from a quarter of the pool on all the rest
+// at once (a nearly flat distribution costs about one full sort). The whole vocabulary's mass
+// (the top-p normaliser without top-k) is the weights' sum as softmax_weights() takes it.
 #include "engine/sampler.h"
 
 #include "core/error.h"
+#include "kernels/cpu/softmax_weights.h"
 #include "kernels/cpu/top_logits.h"
 
 #include <algorithm>
@@ -98,36 +99,21 @@ void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const i
 
 void Sampler::sort_prefix(size_t n) {
   if (n <= order_.size()) return;
-  // order_ holds every entry with a rank key >= prefix_floor_, sorted; the next ones are below it,
-  // so they are appended after it, sorted among themselves. Keys are distinct: `want` in all.
+  // Only a row's pool is sorted here (sample_top()'s arrives sorted), so a key's id is its index.
+  // order_ holds every entry with a rank key >= prefix_floor_, sorted; the next ones are below it.
   const size_t pool = work_.size(), want = std::max({n, 4 * order_.size(), size_t(256)});
-  uint64_t floor = 0;  // a quarter of the pool or more: the rest whole
-  if (4 * want < pool) {
-    scratch_ = keys_;
-    std::nth_element(scratch_.begin(), scratch_.begin() + ptrdiff_t(want - 1), scratch_.end(),
-                     std::greater<uint64_t>());
-    floor = scratch_[want - 1];
-  }
-  const size_t start = order_.size();
-  for (size_t i = 0; i < pool; ++i)
-    if (keys_[i] >= floor && keys_[i] < prefix_floor_) order_.push_back(int32_t(i));
-  std::sort(order_.begin() + ptrdiff_t(start), order_.end(),
-            [&](int32_t a, int32_t b) { return keys_[size_t(a)] > keys_[size_t(b)]; });
-  prefix_floor_ = floor;
+  const int64_t k = 4 * want < pool ? int64_t(want) : int64_t(pool);  // a quarter or more: all the rest
+  keys_.clear();
+  prefix_floor_ = append_best_keys(work_.data(), int64_t(pool), k, prefix_floor_, keys_);
+  for (uint64_t key : keys_) order_.push_back(int32_t(~uint32_t(key)));
 }
 
 int32_t Sampler::draw(int64_t vocab, bool sorted) {
   const size_t pool = work_.size();
-  const double max_logit = max_value(work_.data(), int64_t(pool));
+  const float max_logit = max_value(work_.data(), int64_t(pool));
   probs_.resize(pool);
-  keys_.resize(pool);
-  double pool_mass = 0.0;
-  for (size_t i = 0; i < pool; ++i) {
-    const double p = std::exp((double(work_[i]) - max_logit) / params_.temperature);
-    probs_[i] = p >= 0.0 ? p : 0.0;  // a NaN logit has no probability
-    pool_mass += probs_[i];
-    keys_[i] = logit_rank_key(work_[i], ids_.empty() ? int32_t(i) : ids_[i]);
-  }
+  const double pool_mass = softmax_weights(work_.data(), int64_t(pool), max_logit, 1.0f / params_.temperature,
+                                           probs_.data());
   order_.resize(sorted ? pool : 0);
   std::iota(order_.begin(), order_.end(), 0);
   prefix_floor_ = sorted ? 0 : UINT64_MAX;
@@ -158,7 +144,7 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
     // Counted over the pool: where it is the best top_k only, the count is min(top_k, the count
     // over the row), as probability does not fall with rank, and keep <= top_k.
     const double threshold = params_.min_p * prob(0);
-    const size_t above = size_t(std::count_if(probs_.begin(), probs_.end(), [&](double p) { return p >= threshold; }));
+    const size_t above = size_t(std::count_if(probs_.begin(), probs_.end(), [&](float p) { return p >= threshold; }));
     keep = std::max<size_t>(1, std::min(keep, above));
     total = mass(keep);
   }
@@ -171,11 +157,10 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
   return token(keep - 1);
 }
 
-void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) const {
-  const double max_logit = *std::max_element(logits, logits + vocab);
-  double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  const double log_z = max_logit + std::log(sum);
+void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) {
+  const float max_logit = max_value(logits, vocab);
+  probs_.resize(size_t(vocab));
+  const double log_z = double(max_logit) + std::log(softmax_weights(logits, vocab, max_logit, 1.0f, probs_.data()));
   result.logprob = float(double(logits[result.token]) - log_z);
   if (params_.logprobs <= 0) return;
   const int64_t k = std::min(params_.logprobs, vocab);

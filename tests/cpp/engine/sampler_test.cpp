@@ -6,6 +6,7 @@
 
 #include "../random_values.h"
 #include "core/error.h"
+#include "kernels/cpu/softmax_weights.h"
 #include "kernels/cpu/top_logits.h"
 
 #include <gtest/gtest.h>
@@ -96,21 +97,22 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
   EXPECT_NEAR(r.top[0].logprob, 3.0 - std::log(z), 1e-5);
 }
 
-// The truncation and the draw as specified, over a fully sorted vocabulary: probabilities
-// exp((logit - max) / T) in double, tokens by probability then id, top-k, then top-p over the
-// kept mass (the whole vocabulary's summed in token order), then min-p, then one uniform draw in
-// [0, kept mass) walked in order. The sampler sorts only what it reads; it must pick the same.
+// The truncation and the draw as specified, over a fully sorted vocabulary: probabilities the
+// weights softmax_weights() gives (e^((logit - max) / T) in float), tokens by logit then id,
+// top-k, then top-p over the kept mass (the whole vocabulary's as softmax_weights() sums it),
+// then min-p, then one uniform draw in [0, kept mass) walked in order, with sums in double. The
+// sampler sorts only what it reads; it must pick the same.
 std::vector<int32_t> reference_tokens(const std::vector<float>& logits, const SamplingParams& params, int draws) {
   std::mt19937_64 rng(params.seed);
   const size_t vocab = logits.size();
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> probs(vocab);
-  double vocab_mass = 0.0;
-  for (size_t i = 0; i < vocab; ++i) vocab_mass += probs[i] = std::exp((double(logits[i]) - max_logit) / params.temperature);
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<float> probs(vocab);
+  const double vocab_mass =
+      softmax_weights(logits.data(), int64_t(vocab), max_logit, 1.0f / params.temperature, probs.data());
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return probs[size_t(a)] > probs[size_t(b)] || (probs[size_t(a)] == probs[size_t(b)] && a < b);
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   });
   const auto mass = [&](size_t n) {
     double total = 0.0;

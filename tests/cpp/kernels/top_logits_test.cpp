@@ -2,7 +2,9 @@
 // here: larger first, equal values (-0 and +0 included) by the lower id, NaNs (either sign) after
 // everything, -inf included, by id among themselves; values bit for bit. Rows with ties, NaNs and
 // infinities, an all-NaN row and a one-value row; k = 1, k = vocab, and k outside [1, vocab]
-// refused with an error naming the range.
+// refused with an error naming the range. append_best_keys (the selection under both, and under
+// the Sampler's sort) extending one sorted prefix in growing steps, on a vocabulary-size row and
+// on rows that defeat its sampled threshold estimate.
 #include "../random_values.h"
 #include "core/error.h"
 #include "kernels/cpu/top_logits.h"
@@ -46,6 +48,42 @@ TEST(TopLogits, MatchesAFullSort) {
               << "the value of rank " << j << " is not the row's bits";
         }
       }
+    }
+  }
+}
+
+// The full order of a row as rank keys, best first.
+std::vector<uint64_t> sorted_keys(const std::vector<float>& row) {
+  std::vector<int32_t> order(row.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return before(row[size_t(a)], a, row[size_t(b)], b); });
+  std::vector<uint64_t> keys;
+  for (int32_t id : order) keys.push_back(logit_rank_key(row[size_t(id)], id));
+  return keys;
+}
+
+// Growing prefixes (k = 1, then fourfold, then the whole row), each call given the previous
+// floor, append exactly the next entries of the full order and return the k-th key.
+TEST(TopLogits, BestKeysExtendOneSortedPrefix) {
+  const int64_t vocab = 151936;
+  std::vector<std::vector<float>> rows;
+  rows.push_back(awkward_logits(1, vocab, 5));
+  rows.push_back(random_floats(size_t(vocab), 6, 3.0f));
+  // The sampled values (every 64th) are the row's best: the threshold estimate keeps too few.
+  std::vector<float> spiky = random_floats(size_t(vocab), 7);
+  for (size_t i = 0; i < spiky.size(); i += 64) spiky[i] = 100.0f + float(i % 1000);
+  rows.push_back(spiky);
+  rows.push_back(std::vector<float>(size_t(vocab), 1.5f));  // all equal: by id
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::vector<uint64_t> expected = sorted_keys(rows[r]);
+    std::vector<uint64_t> keys;
+    uint64_t floor = UINT64_MAX;
+    for (int64_t k = 1;; k = std::min(4 * k, vocab)) {
+      floor = append_best_keys(rows[r].data(), vocab, k, floor, keys);
+      ASSERT_EQ(keys.size(), size_t(k)) << "row " << r << " k " << k;
+      ASSERT_TRUE(std::equal(keys.begin(), keys.end(), expected.begin())) << "row " << r << " k " << k;
+      ASSERT_EQ(floor, k < vocab ? expected[size_t(k - 1)] : 0u) << "row " << r << " k " << k;
+      if (k == vocab) break;
     }
   }
 }
