@@ -14,6 +14,7 @@
 // within a row are 32-bit: no integer division inside the leaf loop.
 #include "kernels/cuda/attention.h"
 
+#include "kernels/cuda/arrival_count.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -354,13 +355,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
     }
     reinterpret_cast<float4*>(dst + 4)[roles.d4[r]] = total[r].o;
   }
-  __threadfence();
-  __syncthreads();
+  __syncthreads();  // every thread's partials before thread 0's arrival (arrival_count.cuh)
   int32_t* counter = a.counters + unit * (a.q_heads / p.heads) + group;
-  if (threadIdx.x == 0) last_block = atomicAdd(counter, 1) == used - 1;
+  if (threadIdx.x == 0) last_block = count_arrival(reinterpret_cast<uint32_t*>(counter)) == uint32_t(used - 1);
   __syncthreads();
   if (!last_block) return;
-  __threadfence();
   const int combine_per_segment = p.by_leaf ? per_segment : 1;  // partials per segment
 #pragma unroll
   for (int r = 0; r < kMaxSlots; ++r) {

@@ -22,6 +22,7 @@
 // then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
 #include "kernels/cuda/moe_w2.h"
 
+#include "kernels/cuda/arrival_count.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_group.cuh"
 #include "kernels/cuda/moe_w2_prefill.h"
@@ -229,13 +230,6 @@ __device__ __forceinline__ void write_block(const MoeArgs& a, const float (&acc)
     if (block * R + r < tiles) write_outputs<kGateUp, P>(a, acc[r], block * R + r, ps.first, ps.end, lane >> 2, lane & 3);
 }
 
-// Adds 1 to *counter at GPU scope with acquire-release order; returns the count before.
-__device__ __forceinline__ uint32_t count_acq_rel(uint32_t* counter) {
-  uint32_t before;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
-  return before;
-}
-
 // The warp (units [u0, u1)) has finished its part of flat block `block_id` (= pass * blocks +
 // block): writes the block if the warp covered it alone, else leaves its partial sums and, if it
 // is the block's last warp to finish, adds every warp's partial sums in warp order and writes it.
@@ -258,15 +252,11 @@ __device__ __forceinline__ void finish_block(const MoeArgs& a, const Partition& 
     for (int p = 0; p < P; ++p)
 #pragma unroll
       for (int i = 0; i < 4; ++i) own[((r * P + p) * 4 + i) * 32] = acc[r][p][i];
-  // The warp barrier orders every lane's stores before lane 0's count, whose release publishes
-  // them and whose acquire (in the last warp) makes every other warp's visible to its lanes after
-  // the second barrier. Two full fences here instead cost 1-2% of the op at batch 1 (docs/gpu.md,
-  // Run 19).
-  __syncwarp();
+  __syncwarp();  // every lane's partials before lane 0's arrival (arrival_count.cuh)
   const int64_t first = part.worker_of(begin), last = part.worker_of(end - 1);
   uint32_t done = 0;
   const int64_t counter = (kGateUp ? 0 : a.tile_counters / 2) + block_id;
-  if (lane == 0) done = count_acq_rel(a.tile_done + counter);
+  if (lane == 0) done = count_arrival(a.tile_done + counter);
   done = __shfl_sync(0xffffffffu, done, 0);
   if (done != uint32_t(last - first)) return;
   __syncwarp();
