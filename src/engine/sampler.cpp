@@ -144,7 +144,7 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
     // Counted over the pool: where it is the best top_k only, the count is min(top_k, the count
     // over the row), as probability does not fall with rank, and keep <= top_k.
     const double threshold = params_.min_p * prob(0);
-    const size_t above = size_t(std::count_if(probs_.begin(), probs_.end(), [&](float p) { return p >= threshold; }));
+    const size_t above = size_t(count_at_least(probs_.data(), int64_t(probs_.size()), threshold));
     keep = std::max<size_t>(1, std::min(keep, above));
     total = mass(keep);
   }

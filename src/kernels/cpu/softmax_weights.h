@@ -45,6 +45,10 @@ namespace moet {
 // fused multiply-adds), so the result depends only on the inputs, not on the CPU.
 double softmax_weights(const float* values, int64_t n, float max, float inverse_temperature, float* weights);
 
+// How many of weights[0, n) are >= threshold, compared exactly (as doubles), in a loop that
+// vectorises: the threshold is rounded up to the nearest float first.
+int64_t count_at_least(const float* weights, int64_t n, double threshold);
+
 namespace avx2 {
 double softmax_weights(const float* values, int64_t n, float max, float inverse_temperature, float* weights);
 }  // namespace avx2

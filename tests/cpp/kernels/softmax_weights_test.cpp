@@ -2,7 +2,8 @@
 // 0, and 0 below -87, at -inf and for NaN), and softmax_weights (the Sampler's weights) against
 // a plain scalar statement of its contract, bit for bit: weights and the sum of 8 interleaved
 // partial sums. Whichever build the CPU dispatches to (AVX2 here, the portable one under
-// MOET_CPU_SCALAR=1 in kernels_scalar_paths) must give exactly these numbers.
+// MOET_CPU_SCALAR=1 in kernels_scalar_paths) must give exactly these numbers. count_at_least
+// (min-p's count) against the comparison in double.
 #include "../random_values.h"
 #include "kernels/cpu/softmax_weights.h"
 
@@ -57,6 +58,20 @@ TEST(SoftmaxWeights, EqualTheScalarStatementBitForBit) {
         EXPECT_EQ(weights[5], 0.0f);
       }
     }
+  }
+}
+
+// count_at_least() against the double comparison, at thresholds on, just above and just below
+// float weights and at values no float equals.
+TEST(SoftmaxWeights, CountAtLeastComparesAsDoubles) {
+  std::vector<float> weights = random_floats(1003, 9);
+  for (float& w : weights) w = std::fabs(w);
+  weights[10] = weights[11] = 0.5f;
+  for (double threshold : {0.5, std::nextafter(0.5, 1.0), std::nextafter(0.5, 0.0), 0.1, 1.0 / 3.0, 0.0, 7.0,
+                           double(weights[7]), double(weights[7]) + 1e-12, double(weights[7]) - 1e-12}) {
+    int64_t expected = 0;
+    for (float w : weights) expected += double(w) >= threshold ? 1 : 0;
+    EXPECT_EQ(count_at_least(weights.data(), int64_t(weights.size()), threshold), expected) << threshold;
   }
 }
 
