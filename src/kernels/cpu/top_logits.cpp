@@ -23,7 +23,8 @@ uint64_t estimated_floor(const float* values, int64_t n, int64_t k, std::vector<
   const int64_t m = n / kSampleStride;
   if (m < 64) return 0;
   sample.clear();
-  for (int64_t i = 0; i < m; ++i) sample.push_back(logit_rank_key(values[i * kSampleStride], int32_t(i * kSampleStride)));
+  for (int64_t i = 0; i < m * kSampleStride; i += kSampleStride)
+    sample.push_back(logit_rank_key(values[i], int32_t(i)));
   const int64_t rank = 2 * k * m / n + 8;
   if (rank >= m) return 0;
   std::nth_element(sample.begin(), sample.begin() + ptrdiff_t(rank), sample.end(), std::greater<uint64_t>());
@@ -40,6 +41,7 @@ uint64_t append_best_keys(const float* values, int64_t n, int64_t k, uint64_t be
   const auto gather = [&](uint64_t threshold) {
     keys.resize(start);
     if (threshold == 0) {
+      keys.reserve(start + size_t(n));
       for (int64_t i = 0; i < n; ++i) keys.push_back(logit_rank_key(values[i], int32_t(i)));
       return;
     }

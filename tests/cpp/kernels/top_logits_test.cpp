@@ -56,7 +56,8 @@ TEST(TopLogits, MatchesAFullSort) {
 std::vector<uint64_t> sorted_keys(const std::vector<float>& row) {
   std::vector<int32_t> order(row.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return before(row[size_t(a)], a, row[size_t(b)], b); });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return before(row[size_t(a)], a, row[size_t(b)], b); });
   std::vector<uint64_t> keys;
   for (int32_t id : order) keys.push_back(logit_rank_key(row[size_t(id)], id));
   return keys;
