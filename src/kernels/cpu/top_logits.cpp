@@ -34,6 +34,7 @@ uint64_t estimated_floor(const float* values, int64_t n, int64_t k, std::vector<
 }  // namespace
 
 uint64_t append_best_keys(const float* values, int64_t n, int64_t k, uint64_t below, std::vector<uint64_t>& keys) {
+  MOET_CHECK(k >= 1, "append_best_keys: k must be at least 1 (got {})", k);
   const size_t start = keys.size();
   // The keys at or above `threshold`. Values are screened by a float comparison with the
   // threshold's value (every such key's value compares >= it) into a byte mask, a loop that

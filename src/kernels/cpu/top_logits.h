@@ -40,7 +40,8 @@ inline uint64_t logit_rank_key(float v, int32_t id) {
 // the k-th largest key of all n and below `below`; returns that k-th largest key (0 when k >= n).
 // Called with growing k and `below` = the previous return, it extends one sorted prefix of the
 // order. Only entries above a threshold estimated from every 64th value are selected among
-// (about 2k + 600 of them), so a k much smaller than n costs one pass over the values.
+// (about 2k + 600 of them), so a k much smaller than n costs one pass over the values. Throws
+// moet::Error unless k >= 1.
 uint64_t append_best_keys(const float* values, int64_t n, int64_t k, uint64_t below, std::vector<uint64_t>& keys);
 
 // values[r, :k] / ids[r, :k] = the k best of logits[r, :vocab] in the order above (values bit for

@@ -4,7 +4,7 @@
 // infinities, an all-NaN row and a one-value row; k = 1, k = vocab, and k outside [1, vocab]
 // refused with an error naming the range. append_best_keys (the selection under both, and under
 // the Sampler's sort) extending one sorted prefix in growing steps, on a vocabulary-size row and
-// on rows that defeat its sampled threshold estimate.
+// on rows that defeat its sampled threshold estimate, and refusing a k below 1.
 #include "../random_values.h"
 #include "core/error.h"
 #include "kernels/cpu/top_logits.h"
@@ -99,6 +99,13 @@ TEST(TopLogits, OrdersSpecialValues) {
   const std::vector<float> nans = {NAN, NAN, NAN};
   top_logits(nans.data(), 1, 3, 1, values.data(), ids.data());
   EXPECT_EQ(ids[0], 0);  // an all-NaN row: id 0, as argmax()
+}
+
+TEST(TopLogits, BestKeysRejectKBelowOne) {
+  const std::vector<float> row(10, 1.0f);
+  std::vector<uint64_t> keys;
+  EXPECT_THROW(append_best_keys(row.data(), 10, 0, UINT64_MAX, keys), Error);
+  EXPECT_TRUE(keys.empty());
 }
 
 TEST(TopLogits, RejectsKOutsideTheVocabulary) {
