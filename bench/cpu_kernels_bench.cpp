@@ -32,7 +32,7 @@ void BM_MatmulBf16(benchmark::State& state) {
   std::vector<float> y(size_t(rows * n));
   ThreadPool pool(0);
   for (auto _ : state) {
-    matmul_bf16(x.data(), rows, k, w.data(), n, nullptr, y.data(), pool);
+    matmul_bf16(x.data(), rows, k, w.data(), n, nullptr, y.data(), pool, cpu_isa_best());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * n * k * 2);
@@ -58,7 +58,8 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int32_t* tables[] = {table.data()};
   ThreadPool pool(0);
   for (auto _ : state) {
-    attention_paged(cache, {&position, &seq, tables}, q.data(), 1, q_heads, dim, 0.088f, out.data(), pool);
+    attention_paged(cache, {&position, &seq, tables}, q.data(), 1, q_heads, dim, 0.088f, out.data(), pool,
+                    cpu_isa_best());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * keys * kv_heads * dim * 2 * 4);

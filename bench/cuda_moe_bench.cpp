@@ -13,7 +13,7 @@
 // CUDA graph, replayed 10 times: what a decode step with graphs pays); GB/s and the fraction of
 // copy are the graph time's. Next to each, the read ceiling: the same calls' distinct expert bytes
 // read by one pure-load launch (Backend::read_regions, graph-timed the same way), the most one
-// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu.md, Run 7).
+// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu-history.md, Run 7).
 // Prints a table and writes JSON (argument 1, optional; "-" for none); argument 2 (optional)
 // names the expert formats to run, comma-separated (default w2,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
@@ -88,7 +88,8 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     }
     expert_bytes = double(gu.size() + gus.size() + dn.size() + dns.size());
   }
-  const ExpertSet set = backend.expert_set(std::move(weights));
+  const ExpertFormat stored = format == "bf16" ? ExpertFormat::dense : format == "w2" ? ExpertFormat::w2 : ExpertFormat::fp4;
+  const ExpertSet set = backend.expert_set({stored, hidden, inner}, std::move(weights));
   nlohmann::json rows_out = nlohmann::json::array();
   std::mt19937 rng(11);
   // The bytes of expert e a call reads: W2 keeps codes and scales in one tiled plane per matrix.
@@ -137,7 +138,7 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     });
     Tensor sink = backend.alloc({1}, DType::i32);
     const double ceiling = graph_seconds_per_call(backend, next_graph_key++, sink, kGraphCalls, kGraphReplays, [&](int i) {
-      backend.read_regions(read_sets[size_t(i % routings)], sink);
+      bench_ops(backend).read_regions(read_sets[size_t(i % routings)], sink);
     });
     const double act_bytes = double(rows * hidden * 4 + rows * top_k * inner * 4);
     const double bytes = distinct * expert_bytes + act_bytes;

@@ -79,14 +79,14 @@ class NormBench {
     backend_.begin_step(step.inputs());
     for (int i = 0; i < kWarmup; ++i) call();
     sync_on(sync);
-    backend_.set_profiling(true);
+    bench_ops(backend_).set_profiling(true);
     backend_.begin_step(step.inputs());
     for (int i = 0; i < kGatedCalls; ++i) call();
     sync_on(sync);
     double seconds = 0.0;
-    for (const OpProfile& op : backend_.take_profile())
+    for (const OpProfile& op : bench_ops(backend_).take_profile())
       if (op.op != "step_upload") seconds += op.seconds;
-    backend_.set_profiling(false);
+    bench_ops(backend_).set_profiling(false);
     return seconds / kGatedCalls;
   }
 

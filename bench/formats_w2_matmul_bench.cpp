@@ -40,7 +40,8 @@ void run(benchmark::State& state, StoreFormat format) {
   for (auto _ : state) {
     const uint8_t* codes = w.codes.data() + e * w.code_bytes;
     const uint8_t* scales = w.scales.data() + e * w.scale_bytes;
-    (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(x.data(), 1, kK, codes, scales, kN, y.data(), pool);
+    (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(x.data(), 1, kK, codes, scales, kN, y.data(), pool,
+                                                         cpu_isa_best());
     benchmark::DoNotOptimize(y.data());
     e = (e + 1) % kExperts;
   }

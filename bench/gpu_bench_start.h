@@ -4,6 +4,7 @@
 // Also the time per call as a decode step with CUDA graphs pays it (graph_seconds_per_call).
 #pragma once
 
+#include "backend/bench_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_info.h"
 
@@ -26,7 +27,7 @@ inline CudaBenchStart start_cuda_bench(const char* name, size_t copy_bytes = siz
     return {};
   }
   CudaBenchStart start{cuda_backend_create({}), 0.0};
-  start.copy_gbs = start.backend->copy_bandwidth(copy_bytes);
+  start.copy_gbs = bench_ops(*start.backend).copy_bandwidth(copy_bytes);
   std::printf("%s\ndevice-to-device copy: %.1f GB/s (read + write)\n", start.backend->name().c_str(), start.copy_gbs);
   return start;
 }

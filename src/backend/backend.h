@@ -10,21 +10,20 @@
 // them at fixed device addresses (docs/design.md, "CUDA backend").
 // A forward whose shape recurs (a decode step) can go through run_graph(): a backend with CUDA
 // graphs captures the work it enqueues once per key and replays it afterwards; the others just
-// run it. set_profiling()/take_profile() time every op (the per-op profile of `moet bench`).
+// run it. What only benchmarks use (copy bandwidth, pure reads, the per-op profile) is the
+// separate BenchOps interface (bench_ops.h) that the same backends implement.
 #pragma once
 
 #include "backend/tensor.h"
 #include "core/error.h"
-#include "io/safetensors.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/rope.h"
-#include "kernels/cpu/router.h"
+#include "core/host_tensor.h"
+#include "core/op_params.h"
+#include "core/paged_kv.h"
 
 #include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +36,7 @@ namespace moet {
 enum class ExpertFormat { dense, w2, fp4 };
 
 // One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
+// An absent expert (not in this backend's memory: tiered residency) has no tensors.
 struct ExpertWeights {
   Tensor gate_up;
   Tensor down;
@@ -44,15 +44,32 @@ struct ExpertWeights {
   Tensor gate_up_scales, down_scales;  // block formats only
 
   int64_t inner() const { return gate_up.dim(0) / 2; }
+  bool present() const { return !gate_up.empty(); }
+};
+
+// The format and shapes every present expert of one MoE layer shares.
+struct ExpertLayout {
+  ExpertFormat format = ExpertFormat::dense;
+  int64_t hidden = 0;
+  int64_t inner = 0;
 };
 
 // A layer's routed experts as the backend reads them. `table` is backend memory mapping an
 // expert index to its weights (on the GPU: device pointers read by the kernels at run time, so
-// the residency manager can move experts without re-capturing graphs); empty on the CPU.
+// the residency manager can move experts without re-capturing graphs; empty on the CPU). An
+// absent expert's entry is null: moe_experts() treats the rows routed to it as contributing
+// nothing, exactly as if the router had not chosen it.
 struct ExpertSet {
-  std::vector<ExpertWeights> experts;
+  ExpertLayout layout;
+  DType dense_dtype = DType::f32;      // dense layouts: the experts' dtype (BF16 or F32)
+  std::vector<ExpertWeights> experts;  // [experts], absent ones included
   Tensor table;
 };
+
+// Checks that every present expert has `layout`'s format and shapes (dense: BF16 or F32, one
+// dtype for all; block formats: U8 code and scale planes, hidden and inner multiples of 32);
+// returns the dense dtype (F32 when none is present or the layout is a block format).
+DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts);
 
 // The per-row inputs of one forward (host memory, valid until the next begin_step). Row t
 // reads tokens[t] at positions[t] of sequence row_seq[t], whose block table is
@@ -86,26 +103,6 @@ struct GraphStats {
   int64_t cached = 0;     // graphs held now
 };
 
-// One row of the per-op profile: an op and its shape class ("matmul[n=151936,k=4096]"), how many
-// calls and the time they took (the CUDA backend: GPU time between CUDA events around the op).
-struct OpProfile {
-  std::string op;
-  int64_t calls = 0;
-  double seconds = 0.0;
-};
-
-// A backend's accumulated profile (op name -> totals) as take_profile() returns it, most time
-// first (ties by name), leaving the accumulator empty.
-inline std::vector<OpProfile> drain_profile(std::map<std::string, OpProfile>& profile) {
-  std::vector<OpProfile> out;
-  for (auto& [name, entry] : profile) out.push_back(entry);
-  profile.clear();
-  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
-    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
-  });
-  return out;
-}
-
 // A KV cache for one layer, in the layout PagedKv describes (storage owned by the backend).
 struct KvLayerCache {
   Tensor k, v;  // v may share k's storage (MLA)
@@ -118,21 +115,6 @@ struct MatmulPart {
   const Tensor* bias;
   Tensor* y;
 };
-
-// Memory a backend owns (device memory on the CUDA backend), for Backend::read_regions.
-struct ByteRegion {
-  const void* data;
-  int64_t bytes;
-};
-
-// Checks the operands of Backend::read_regions.
-inline void check_read_regions(const std::vector<ByteRegion>& regions, const Tensor& sink) {
-  MOET_CHECK(regions.size() <= 256 && sink.dtype == DType::i32 && sink.numel() == 1,
-             "read_regions takes at most 256 regions and a one-int sink ({} regions)", regions.size());
-  for (const ByteRegion& r : regions)
-    MOET_CHECK(reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.bytes % 16 == 0 && r.bytes >= 0,
-               "read_regions: regions must be 16-byte aligned multiples of 16 bytes ({} bytes)", r.bytes);
-}
 
 // The shape of the F32 block scales of an FP8-block weight [n, k].
 inline std::vector<int64_t> fp8_block_scale_shape(int64_t n, int64_t k) {
@@ -175,27 +157,21 @@ class Backend {
 
   // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is,
   // and U8 planes (quantized expert codes and scales) are copied byte for byte.
-  virtual Tensor upload(const TensorInfo& info) = 0;
+  virtual Tensor upload(const HostTensor& info) = 0;
   // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor (BF16, F32 and U8
   // byte planes as they are, other dtypes as F32).
-  virtual Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) = 0;
+  virtual Tensor upload_stacked(const HostTensor& a, const HostTensor& b) = 0;
   // Uploads a small tensor as F32 whatever its stored dtype (norm weights, biases).
-  virtual Tensor upload_f32(const TensorInfo& info) = 0;
+  virtual Tensor upload_f32(const HostTensor& info) = 0;
   // Uninitialised activation memory (F32 unless told; I32 for expert ids).
   virtual Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) = 0;
   virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads,
                                 int64_t k_dim, int64_t v_dim, bool v_aliases_k) = 0;
   virtual void to_host(const Tensor& src, void* dst) = 0;
   virtual void from_host(const void* src, Tensor& dst) = 0;
-  // Builds the expert table of one MoE layer (once, at load).
-  virtual ExpertSet expert_set(std::vector<ExpertWeights> experts) = 0;
-  // Best-of-several copy of `bytes` bytes inside the memory the backend computes from; returns
-  // GB/s counting bytes read + written (the roofline the benchmarks compare against).
-  virtual double copy_bandwidth(size_t bytes) = 0;
-  // A bandwidth reference for benchmarks: reads every byte of the regions (16-byte aligned,
-  // multiples of 16 bytes, at most 256) once, in one launch on the GPU; sink (one I32) = the XOR
-  // of all their 32-bit words.
-  virtual void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) = 0;
+  // Builds the expert table of one MoE layer (once, at load). Every present expert must have
+  // `layout`'s format and shapes (and, dense, one dtype); absent ones are allowed.
+  virtual ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) = 0;
 
   virtual void begin_step(const StepInputs& step) = 0;
   // out[t, :] = table[step.tokens[t], :].
@@ -237,7 +213,7 @@ class Backend {
     qk_norm_rope(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm, eps);
     kv_write(cache, k, &v);
   }
-  // Causal attention of the step's rows over the cache (see kernels/cpu/attention.h).
+  // Causal attention of the step's rows over the cache (the semantics of kernels/cpu/attention.h).
   virtual void attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride,
                          float scale, Tensor& out) = 0;
   // logits [rows, experts] -> expert_ids [rows, top_k] (I32) and weights [rows, top_k]; both
@@ -247,6 +223,7 @@ class Backend {
                       Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
   // to one expert are gathered and run together; accumulation order is fixed (expert index).
+  // A chosen id outside [0, experts) or naming an absent expert contributes nothing.
   virtual void moe_experts(const Tensor& x, const ExpertSet& experts,
                            const Tensor& expert_ids, const Tensor& weights, Tensor& out) = 0;
   // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
@@ -283,12 +260,6 @@ class Backend {
   virtual GraphStats graph_stats() const { return {}; }
   // Destroys every captured graph (their memory goes back to the backend's cache).
   virtual void clear_graphs() {}
-
-  // Per-op profile of the ops run while on (a captured graph's replay counts as one op,
-  // "cuda_graph[rows=N]"); take_profile() returns what was gathered since the last call, most
-  // time first, and clears it. Profiling never changes results.
-  virtual void set_profiling(bool on) { (void)on; }
-  virtual std::vector<OpProfile> take_profile() { return {}; }
 };
 
 }  // namespace moet

@@ -16,8 +16,10 @@
 // (decode_tokens_per_s_graphs_off), whose logits must be bit-identical to the graph pass's;
 // otherwise one eager pass is timed. --profile (or MOET_CUDA_PROFILE=1) adds an eager pass with
 // the backend's per-op profile on: a table on stderr and "profile" in the JSON, per decode step.
+// Every step goes through the step runner (engine/sequence_batch.h).
 // A pass's time is the sum of its steps' (the forward with its logits copied to the host, and the
 // first pass's greedy sampling), not of the copies of the logits the bench keeps to compare.
+#include "backend/bench_ops.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -32,7 +34,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -66,7 +67,7 @@ struct DecodePass {
 
 // The backend's per-op profile of `passes` passes as JSON, per pass ("step": a decode step, or a
 // prompt's prefill), and its table on stderr.
-nlohmann::json profile_report(Backend& backend, const std::string& what, int64_t passes, bool cuda) {
+nlohmann::json profile_report(BenchOps& backend, const std::string& what, int64_t passes, bool cuda) {
   const std::vector<OpProfile> ops = backend.take_profile();
   double total = 0.0;
   for (const OpProfile& op : ops) total += op.seconds;
@@ -90,11 +91,11 @@ nlohmann::json profile_report(Backend& backend, const std::string& what, int64_t
 void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
   auto backend = backend_create(flags.device);
-  const char* profile_env = std::getenv("MOET_CUDA_PROFILE");
-  const bool profile = flags.profile || (profile_env != nullptr && std::strcmp(profile_env, "0") != 0);
-  backend->set_profiling(false);  // the timed passes run without it; the profile pass turns it on
+  BenchOps& ops = bench_ops(*backend);
+  const bool profile = flags.profile || flags.device.cuda_profile;
+  ops.set_profiling(false);  // the timed passes run without it; the profile pass turns it on
   const bool graphs = flags.device.device == "cuda" && flags.device.cuda_graphs == "on" && backend->graphs();
-  const double copy_gbs = backend->copy_bandwidth(size_t(flags.copy_gib * double(1ull << 30)));
+  const double copy_gbs = ops.copy_bandwidth(size_t(flags.copy_gib * double(1ull << 30)));
   std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %s)\n", copy_gbs, backend->name().c_str());
 
   LoadStats stats;
@@ -122,14 +123,14 @@ void run(const BenchFlags& flags) {
 
   // Sequence s's prompt: token i is (i * 7919 + s * 104729) mod vocab, so the sequences differ.
   const int64_t prompt_len = flags.prompt_tokens, steps = flags.decode_tokens;
-  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch));
-  for (int64_t s = 0; s < batch; ++s)
-    for (int64_t i = 0; i < prompt_len; ++i) tokens[size_t(s)].push_back(int32_t((i * 7919 + s * 104729) % vocab));
   SequenceBatch sequences(*model, batch, prompt_len + steps, kBlockSize);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < prompt_len; ++i)
+      sequences.sequence(s).tokens.push_back(int32_t((i * 7919 + s * 104729) % vocab));
   auto start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < batch; ++s) {
-    const std::vector<float> logits = sequences.prefill(*model, s, tokens[size_t(s)], 0, prompt_len);
-    tokens[size_t(s)].push_back(argmax(logits.data(), vocab));
+    const std::vector<float> logits = sequences.run_rows(s, 0, prompt_len, ChunkRows::last).output.logits;
+    sequences.sequence(s).tokens.push_back(argmax(logits.data(), vocab));
   }
   const double prefill_seconds = seconds_since(start);
 
@@ -139,17 +140,15 @@ void run(const BenchFlags& flags) {
     backend->set_graphs(graphs_on);
     DecodePass result;
     if (keep_logits) result.logits.reserve(size_t(steps * batch * vocab));
-    std::vector<int32_t> step_tokens(static_cast<size_t>(batch));
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t pos = prompt_len + i;
-      for (int64_t s = 0; s < batch; ++s) step_tokens[size_t(s)] = tokens[size_t(s)][size_t(pos)];
       // Timed: the step (and sampling, in the first pass); not the copy of its logits kept for
       // the comparison of the passes.
       const auto begin = std::chrono::steady_clock::now();
-      const std::vector<float> logits = sequences.decode(*model, step_tokens, pos);
+      const std::vector<float> logits = sequences.decode(pos).output.logits;
       for (int64_t s = 0; s < batch; ++s)
-        if (int64_t(tokens[size_t(s)].size()) == pos + 1)
-          tokens[size_t(s)].push_back(argmax(logits.data() + s * vocab, vocab));
+        if (std::vector<int32_t>& tokens = sequences.sequence(s).tokens; int64_t(tokens.size()) == pos + 1)
+          tokens.push_back(argmax(logits.data() + s * vocab, vocab));
       result.seconds += seconds_since(begin);
       if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
@@ -203,22 +202,22 @@ void run(const BenchFlags& flags) {
 
   if (profile) {
     const bool cuda = flags.device.device == "cuda";
-    backend->take_profile();  // drop what earlier steps gathered (MOET_CUDA_PROFILE profiles from the start)
-    backend->set_profiling(true);
+    ops.take_profile();  // drop what earlier steps gathered (--cuda-profile profiles from the start)
+    ops.set_profiling(true);
     pass(false, false);
-    backend->set_profiling(false);
-    nlohmann::json p = profile_report(*backend, "decode", steps, cuda);
+    ops.set_profiling(false);
+    nlohmann::json p = profile_report(ops, "decode", steps, cuda);
     p["decode_step_us"] = 1e6 / steps_per_s;
     if (graphs) p["decode_step_us_graphs_off"] = 1e6 / eager_steps_per_s;
     std::fprintf(stderr, "decode step as timed (1 / steps/s): %.2f us\n", p["decode_step_us"].get<double>());
     report["profile"] = p;
     // Sequence 0's prompt prefilled again (it rewrites the same KV slots with the same values).
-    backend->set_profiling(true);
+    ops.set_profiling(true);
     const auto prefill_start = std::chrono::steady_clock::now();
-    sequences.prefill(*model, 0, tokens[0], 0, prompt_len);
+    sequences.run_rows(0, 0, prompt_len, ChunkRows::last);
     const double prefill_profiled_seconds = seconds_since(prefill_start);
-    backend->set_profiling(false);
-    nlohmann::json pp = profile_report(*backend, fmt::format("prefill of {} tokens", prompt_len), 1, cuda);
+    ops.set_profiling(false);
+    nlohmann::json pp = profile_report(ops, fmt::format("prefill of {} tokens", prompt_len), 1, cuda);
     pp["prefill_us_profiled"] = prefill_profiled_seconds * 1e6;
     report["prefill_profile"] = pp;
   }
@@ -250,7 +249,7 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_flag("--profile", flags->profile,
                 "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "
                 "each op from CUDA events; cpu: wall time) and print a table of op, calls and microseconds per "
-                "token and share of the step (also MOET_CUDA_PROFILE=1)");
+                "token and share of the step (also --cuda-profile / MOET_CUDA_PROFILE=1)");
   sub->add_option("--json-out", flags->json_out, "also write the report to this file");
   actions[sub] = [flags] { run(*flags); };
 }

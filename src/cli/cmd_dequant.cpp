@@ -17,6 +17,7 @@
 #include "formats/sign_study.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "models/arch/arch.h"
 #include "io/safetensors.h"
 #include "io/pack_source.h"
 

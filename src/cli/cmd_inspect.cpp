@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "models/arch/arch.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,7 +23,7 @@ struct ParamCounts {
 };
 
 // Weights stored as packed FP4 (two values a byte) count two parameters per byte.
-int64_t parameters_of(const TensorInfo& info) {
+int64_t parameters_of(const HostTensor& info) {
   return info.dtype == DType::u8 ? 2 * info.numel() : info.numel();
 }
 
@@ -34,7 +35,7 @@ ParamCounts count_parameters(const Checkpoint& checkpoint, const ModelConfig& co
   static const std::regex layer_index(R"(^model\.layers\.(\d+)\.)");
   ParamCounts counts;
   for (const auto& name : checkpoint.names()) {
-    const TensorInfo& info = checkpoint.get(name);
+    const HostTensor& info = checkpoint.get(name);
     std::smatch match;
     if (std::regex_search(name, match, layer_index) && std::stoll(match[1]) >= config.num_hidden_layers) {
       counts.skipped += parameters_of(info);
@@ -80,7 +81,7 @@ void run(const std::string& dir) {
   std::printf("identity:     %s\n", checkpoint.identity().c_str());
   std::printf("tensors:      %zu\n", checkpoint.names().size());
   for (const auto& name : checkpoint.names()) {
-    const TensorInfo& info = checkpoint.get(name);
+    const HostTensor& info = checkpoint.get(name);
     std::printf("  %-64s %-8s %s\n", name.c_str(), std::string(dtype_name(info.dtype)).c_str(),
                 info.shape_text().c_str());
   }

@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "models/arch/arch.h"
 #include "io/pack_source.h"
 
 #include <chrono>

@@ -67,7 +67,7 @@ void run(ServeFlags flags) {
   MOET_LOG_INFO("engine: max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens "
                 "({:.1f} MiB), prefix caching {}",
                 ec.max_model_len, ec.max_num_seqs, ec.max_num_batched_tokens, ec.num_blocks, ec.block_size,
-                double(ec.num_blocks * ec.block_size * loaded.model->kv_bytes_per_token()) / (1 << 20),
+                double(ec.num_blocks * ec.block_size * kv_bytes_per_token(loaded.model->kv_layer_specs())) / (1 << 20),
                 ec.enable_prefix_caching ? "on" : "off");
 
   if (flags.server.served_model_names.empty())

@@ -2,7 +2,7 @@
 // --pack-dir), shared by every subcommand that loads a model.
 #pragma once
 
-#include "models/expert_loader.h"
+#include "experts/expert_loader.h"
 
 #include <CLI/CLI.hpp>
 

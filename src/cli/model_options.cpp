@@ -16,6 +16,9 @@ void DeviceOptions::add_to(CLI::App& sub) {
   sub.add_option("--threads", threads, "CPU threads for compute (0 = one per core)")
       ->envname("MOET_THREADS")
       ->check(CLI::NonNegativeNumber);
+  sub.add_flag("--cpu-portable", cpu_portable,
+               "cpu: run the portable kernels even where the CPU has AVX2 (for comparisons; slower)")
+      ->envname("MOET_CPU_SCALAR");
   sub.add_option("--gpu-memory-utilization", gpu_memory_utilization,
                  "cuda: fraction of the GPU's memory moet may take")
       ->envname("MOET_GPU_MEMORY_UTILIZATION")
@@ -31,13 +34,36 @@ void DeviceOptions::add_to(CLI::App& sub) {
                  "off = every op launched one by one (eager), for debugging and comparison")
       ->envname("MOET_CUDA_GRAPHS")
       ->check(CLI::IsMember({"on", "off"}));
+  sub.add_option("--cuda-graphs-max", cuda_graphs_max,
+                 "cuda: captured graphs kept at once (least recently used dropped first)")
+      ->envname("MOET_CUDA_GRAPHS_MAX")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--cuda-gemm-min-rows", cuda_gemm_min_rows,
+                 "cuda: products of at least this many rows with BF16 or FP8-block weights run as cuBLASLt GEMMs "
+                 "on the tensor cores (0 = never)")
+      ->envname("MOET_CUDA_GEMM_MIN_ROWS")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_flag("--cuda-sync", cuda_sync,
+               "cuda: synchronise and check for errors after every op (finds a faulting kernel; slow)")
+      ->envname("MOET_CUDA_SYNC");
+  sub.add_flag("--cuda-profile", cuda_profile,
+               "cuda: time every op of eager steps with CUDA events from the start (the per-op profile)")
+      ->envname("MOET_CUDA_PROFILE");
 }
 
 std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
-  if (options.device == "cpu") return cpu_backend_create(options.threads);
+  if (options.device == "cpu")
+    return cpu_backend_create({options.threads, options.cpu_portable ? CpuIsa::portable : cpu_isa_best()});
 #ifdef MOET_HAVE_CUDA
-  return cuda_backend_create(
-      {0, options.gpu_memory_utilization, options.gpu_memory_limit_gib, options.cuda_graphs == "on"});
+  CudaBackendOptions cuda;
+  cuda.memory_utilization = options.gpu_memory_utilization;
+  cuda.memory_limit_gib = options.gpu_memory_limit_gib;
+  cuda.graphs = options.cuda_graphs == "on";
+  cuda.max_graphs = options.cuda_graphs_max;
+  cuda.gemm_min_rows = options.cuda_gemm_min_rows;
+  cuda.sync_every_op = options.cuda_sync;
+  cuda.profile = options.cuda_profile;
+  return cuda_backend_create(cuda);
 #else
   fail("--device {}: this moet was built without CUDA (nvcc was not found at configure time)", options.device);
 #endif

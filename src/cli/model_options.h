@@ -1,6 +1,8 @@
 // Flags shared by the subcommands that load a model: where it runs (--device cpu|cuda, CPU
-// threads, the GPU memory budget) and which folder it comes from (--model), plus the code that
-// builds the backend and opens the checkpoint from them. The CUDA backend is reached through a
+// threads and kernel path, the GPU memory budget, CUDA graphs and the CUDA debugging and tuning
+// knobs, each with its MOET_* environment fallback) and which folder it comes from (--model),
+// plus the code that builds the backend and opens the checkpoint from them. This is the only
+// place those settings are read: the backends take them as options. The CUDA backend is reached through a
 // plain C++ factory (backend/cuda/cuda_backend.h), so no CUDA header is included here.
 #pragma once
 
@@ -19,9 +21,14 @@ namespace moet::cli {
 struct DeviceOptions {
   std::string device = "cpu";
   int threads = 0;
+  bool cpu_portable = false;
   double gpu_memory_utilization = 0.9;
   double gpu_memory_limit_gib = 0.0;
   std::string cuda_graphs = "on";
+  int64_t cuda_graphs_max = 32;
+  int64_t cuda_gemm_min_rows = 16;
+  bool cuda_sync = false;
+  bool cuda_profile = false;
 
   void add_to(CLI::App& sub);
 };

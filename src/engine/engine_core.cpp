@@ -47,7 +47,8 @@ EngineConfig engine_config_resolve(const Model& model, EngineConfig config) {
   MOET_CHECK(config.block_size > 0, "block_size must be positive (got {})", config.block_size);
   const int64_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
   if (config.num_blocks <= 0) {
-    const int64_t block_bytes = std::max<int64_t>(1, model.kv_bytes_per_token() * config.block_size);
+    const int64_t block_bytes =
+        std::max<int64_t>(1, kv_bytes_per_token(model.kv_layer_specs()) * config.block_size);
     config.num_blocks = std::max<int64_t>(per_seq, std::min(per_seq * config.max_num_seqs,
                                                             config.kv_cache_bytes / block_bytes));
   }
@@ -63,7 +64,7 @@ EngineCore::EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const E
       tokenizer_(std::move(tokenizer)),
       config_(engine_config_resolve(model, config)),
       pool_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching),
-      cache_(model.create_kv_cache(config_.num_blocks, config_.block_size)),
+      runner_(model, config_.num_blocks, config_.block_size),
       scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens}, pool_),
       sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {}
 
@@ -130,9 +131,10 @@ void EngineCore::abort(int64_t id) {
   callback(std::move(out));
 }
 
-void EngineCore::emit(Request& r, const SampleResult& sample) {
+void EngineCore::emit(Request& r, const SampleResult& sample, std::span<const float> prompt_logits) {
   r.seq.tokens.push_back(sample.token);
   RequestOutput out;
+  out.prompt_logits.assign(prompt_logits.begin(), prompt_logits.end());
   out.token_ids.push_back(sample.token);
   if (r.params.sampling.logprobs >= 0) out.logprobs.push_back(sample);
   out.prompt_tokens = r.seq.prompt_len;
@@ -157,48 +159,31 @@ void EngineCore::emit(Request& r, const SampleResult& sample) {
 }
 
 int64_t EngineCore::step() {
-  const StepPlan plan = scheduler_.schedule();
+  StepPlan plan = scheduler_.schedule();
   preemptions_ += int64_t(plan.preempted.size());
   for (int64_t id : plan.preempted) MOET_LOG_INFO("preempted request {} (KV cache full); it will be recomputed", id);
   if (plan.chunks.empty()) return 0;
-  ForwardBatch batch;
-  const int64_t bs = config_.block_size;
-  // A step of one sampled token per sequence (decode) may replay a captured CUDA graph.
-  batch.decode = std::all_of(plan.chunks.begin(), plan.chunks.end(),
-                             [](const ScheduledChunk& chunk) { return chunk.count == 1 && chunk.samples(); });
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    const int32_t seq_index = int32_t(batch.block_tables.size());
-    batch.block_tables.push_back(chunk.seq->blocks.data());
-    for (int64_t pos = chunk.begin; pos < chunk.begin + chunk.count; ++pos) {
-      batch.tokens.push_back(chunk.seq->tokens[size_t(pos)]);
-      batch.positions.push_back(int32_t(pos));
-      batch.row_seq.push_back(seq_index);
-      batch.slots.push_back(int64_t(chunk.seq->blocks[size_t(pos / bs)]) * bs + pos % bs);
-    }
-    if (chunk.samples()) batch.logit_rows.push_back(int32_t(batch.tokens.size()) - 1);
-  }
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<Request*> sampled;  // logit row i is sampled[i]'s
+  std::vector<Request*> sampled;  // logit row i is sampled[i]'s (the chunks that sample, in order)
   for (const ScheduledChunk& chunk : plan.chunks)
     if (chunk.samples()) sampled.push_back(requests_.at(chunk.seq->id).get());
   // The fewest best logits per row that every sampled row can be drawn from (0: whole rows).
   int64_t width = config_.top_logits_sampling && !sampled.empty() ? 1 : 0;
   for (size_t i = 0; i < sampled.size() && width > 0; ++i) {
-    const int64_t need = Sampler::top_width(sampled[i]->params.sampling, vocab);
+    const Request& r = *sampled[i];
+    const bool wants_prompt_logits = r.params.prompt_logits && int64_t(r.seq.tokens.size()) == r.seq.prompt_len;
+    const int64_t need = wants_prompt_logits ? 0 : Sampler::top_width(r.params.sampling, vocab);
     const auto fit = std::find_if(std::begin(kTopWidths), std::end(kTopWidths), [&](int64_t w) { return w >= need; });
     width = need == 0 || fit == std::end(kTopWidths) ? 0 : std::max(width, std::min(*fit, vocab));
   }
-  std::vector<float> logits;
-  TopLogits top;
-  if (width > 0) {
-    top = model_.forward_top(batch, cache_, width);
-    ++top_logits_steps_;
-  } else {
-    logits = model_.forward(batch, cache_);
-  }
+  plan.top_logits = width;
+  const StepOutcome outcome = runner_.run(plan);
+  const std::vector<float>& logits = outcome.output.logits;
+  const TopLogits& top = outcome.output.top;
+  if (width > 0) ++top_logits_steps_;
   scheduler_.complete(plan);
   computed_tokens_ += plan.num_tokens;
-  generated_tokens_ += int64_t(batch.logit_rows.size());
+  generated_tokens_ += int64_t(sampled.size());
   // Each row with its own request's sampler, so rows may run on any thread; emitted in order.
   std::vector<SampleResult> results(sampled.size());
   std::vector<std::exception_ptr> errors(sampled.size());
@@ -226,7 +211,13 @@ int64_t EngineCore::step() {
   }
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
-  for (size_t i = 0; i < sampled.size(); ++i) emit(*sampled[i], results[i]);
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    Request& r = *sampled[i];
+    const bool first = int64_t(r.seq.tokens.size()) == r.seq.prompt_len;
+    const bool keep = r.params.prompt_logits && first;
+    emit(r, results[i], keep ? std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab))
+                             : std::span<const float>());
+  }
   return plan.num_tokens;
 }
 

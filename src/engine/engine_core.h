@@ -1,6 +1,7 @@
 // EngineCore: continuous batching over one Model, synchronous. add() queues a request, step() runs
-// one scheduler plan through Model::forward (prefill chunks and decode rows of many requests in one
-// batch), samples the rows that reached their last known token, and reports a RequestOutput delta
+// one scheduler plan through the StepRunner (prefill chunks and decode rows of many requests in one
+// batch; the runner owns the KV cache and any re-run of the step), samples the rows that reached
+// their last known token, and reports a RequestOutput delta
 // per request through its callback (detokenized, stop strings and stop ids applied, max_tokens and
 // max_model_len enforced). Requests finish with "stop", "length" or "abort"; their KV blocks go
 // back to the pool (full blocks stay in the prefix cache). Not thread-safe: AsyncEngine runs it on
@@ -17,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_runner.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,17 +70,20 @@ class EngineCore {
 
   EngineStats stats() const;
   const EngineConfig& config() const { return config_; }
+  // The runner the steps go through (hooks are added here).
+  StepRunner& runner() { return runner_; }
 
  private:
   struct Request;
-  void emit(Request& request, const SampleResult& sample);
+  // Appends the sampled token and reports it (with the last prompt position's logits, when asked).
+  void emit(Request& request, const SampleResult& sample, std::span<const float> prompt_logits);
   void finish(Request& request, RequestOutput& out, const std::string& reason);
 
   Model& model_;
   std::optional<Tokenizer> tokenizer_;
   EngineConfig config_;
   KvBlockPool pool_;
-  KvCache cache_;
+  StepRunner runner_;
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Request>> requests_;
   ThreadPool sampling_pool_;

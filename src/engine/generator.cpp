@@ -2,64 +2,50 @@
 #include "engine/generator.h"
 
 #include "core/error.h"
-#include "engine/single_sequence.h"
+#include "engine/engine_core.h"
 
-#include <algorithm>
 #include <chrono>
 
 namespace moet {
-namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
-GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
-                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& config = model.config();
-  const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
-  const int64_t prompt_len = int64_t(prompt.size());
-  MOET_CHECK(prompt_len > 0, "the prompt is empty");
-  MOET_CHECK(options.max_tokens > 0, "max_tokens must be positive (got {})", options.max_tokens);
-  for (int32_t id : prompt)
-    MOET_CHECK(id >= 0 && id < config.vocab_size, "prompt token id {} is outside the vocabulary [0, {})", id, config.vocab_size);
-  MOET_CHECK(prompt_len + options.max_tokens <= max_len,
-             "prompt ({} tokens) + max_tokens ({}) exceeds the maximum model length {}", prompt_len,
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
+  const int64_t max_len =
+      options.max_model_len > 0 ? options.max_model_len : model.config().max_position_embeddings;
+  MOET_CHECK(int64_t(prompt.size()) + options.max_tokens <= max_len,
+             "prompt ({} tokens) + max_tokens ({}) exceeds the maximum model length {}", prompt.size(),
              options.max_tokens, max_len);
-
-  SingleSequence sequence(model, prompt_len + options.max_tokens, options.block_size);
+  EngineConfig config;
+  config.max_num_seqs = 1;
+  config.max_num_batched_tokens = options.prefill_chunk;
+  config.max_model_len = int64_t(prompt.size()) + options.max_tokens;  // the KV cache holds this request
+  config.block_size = options.block_size;
+  config.enable_prefix_caching = false;
+  EngineCore engine(model, std::nullopt, config);
+  RequestParams params;
+  params.prompt = prompt;
+  params.sampling = options.sampling;
+  params.max_tokens = options.max_tokens;
+  params.stop_ids = options.stop_ids;
+  params.prompt_logits = true;
 
   GenerateResult result;
-  std::vector<int32_t> tokens = prompt;
-  Sampler sampler(options.sampling);
-  auto start = std::chrono::steady_clock::now();
-  std::vector<float> logits;
-  for (int64_t begin = 0; begin < prompt_len; begin += options.prefill_chunk) {
-    const int64_t end = std::min(prompt_len, begin + options.prefill_chunk);
-    logits = sequence.forward(model, tokens, begin, end,
-                              end == prompt_len ? std::vector<int32_t>{int32_t(end - begin - 1)} : std::vector<int32_t>{});
-  }
-  result.prompt_logits = logits;
-  result.prefill_seconds = seconds_since(start);
-  start = std::chrono::steady_clock::now();
-  result.finish_reason = "length";
-  for (int64_t step = 0; step < options.max_tokens; ++step) {
-    if (step > 0) {
-      const int64_t pos = int64_t(tokens.size()) - 1;
-      logits = sequence.forward(model, tokens, pos, pos + 1, {0}, true);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_token = start, last_token = start;
+  engine.add(0, std::move(params), [&](RequestOutput&& out) {
+    for (int32_t id : out.token_ids) {
+      last_token = Clock::now();
+      if (result.output_ids.empty()) first_token = last_token;
+      result.output_ids.push_back(id);
+      if (on_token) on_token(id);
     }
-    const int32_t next = sampler.sample(logits.data(), config.vocab_size).token;
-    tokens.push_back(next);
-    result.output_ids.push_back(next);
-    if (on_token) on_token(next);
-    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) {
-      result.finish_reason = "stop";
-      break;
-    }
-  }
-  result.decode_seconds = seconds_since(start);
+    if (!out.prompt_logits.empty()) result.prompt_logits = std::move(out.prompt_logits);
+    if (out.finished) result.finish_reason = out.finish_reason;
+  });
+  while (engine.has_work()) engine.step();
+  result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
+  result.decode_seconds = std::chrono::duration<double>(last_token - first_token).count();
   return result;
 }
 

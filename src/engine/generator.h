@@ -1,7 +1,6 @@
-// Single-request generation on a Model: chunked prefill of the prompt, then one decode step per
-// token, sampling each next token, until max_tokens, a stop id, or max_model_len. Owns the
-// request's KV blocks for its lifetime. (The server's continuous-batching engine schedules many
-// requests over the same Model::forward.)
+// Single-request generation: drives an EngineCore with one request (chunked prefill of the prompt,
+// then one decode step per token through the step runner, sampling each next token), until
+// max_tokens, a stop id, or max_model_len. The KV cache holds exactly this request.
 #pragma once
 
 #include "engine/sampler.h"
@@ -19,15 +18,15 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;
   int64_t block_size = 16;
   int64_t max_model_len = 0;    // 0: the config's max_position_embeddings
-  int64_t prefill_chunk = 512;  // prompt tokens per forward
+  int64_t prefill_chunk = 512;  // prompt tokens per step
 };
 
 struct GenerateResult {
   std::vector<int32_t> output_ids;
   std::vector<float> prompt_logits;  // logits at the last prompt position
   std::string finish_reason;         // "length" | "stop"
-  double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
+  double prefill_seconds = 0.0;      // until the first token was sampled
+  double decode_seconds = 0.0;       // from then to the last
 };
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,

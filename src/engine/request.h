@@ -18,6 +18,9 @@ struct RequestParams {
   std::vector<std::string> stop;   // stop strings (need a tokenizer); not part of the output text
   std::vector<int32_t> stop_ids;   // stop token ids (eos included by the caller unless ignored)
   bool skip_special_tokens = true;
+  // Return the whole logits row of the last prompt position with the first token (the step that
+  // samples it then copies whole rows).
+  bool prompt_logits = false;
 };
 
 struct RequestOutput {
@@ -25,6 +28,7 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;       // new tokens (a stop id included)
   std::string text;                     // new text (stop strings and held-back text excluded)
   std::vector<SampleResult> logprobs;   // one per new token when sampling.logprobs >= 0
+  std::vector<float> prompt_logits;     // [vocab] with the first token when params.prompt_logits
   bool finished = false;
   std::string finish_reason;            // "stop" | "length" | "abort" (when finished)
   std::string stop_reason;              // the stop string that matched, if any

@@ -69,7 +69,7 @@ void SamplingParams::validate(int64_t vocab) const {
   }
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+Sampler::Sampler(const SamplingParams& params, CpuIsa isa) : params_(params), isa_(isa), rng_(params.seed) {
   params.validate(INT64_MAX);
 }
 
@@ -112,7 +112,7 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
   const float max_logit = max_value(work_.data(), int64_t(pool));
   probs_.resize(pool);
   const double pool_mass = softmax_weights(work_.data(), int64_t(pool), max_logit, 1.0f / params_.temperature,
-                                           probs_.data());
+                                           probs_.data(), isa_);
   order_.resize(sorted ? pool : 0);
   std::iota(order_.begin(), order_.end(), 0);
   prefix_floor_ = sorted ? 0 : UINT64_MAX;
@@ -159,7 +159,7 @@ int32_t Sampler::draw(int64_t vocab, bool sorted) {
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& result) {
   const float max_logit = max_value(logits, vocab);
   probs_.resize(size_t(vocab));
-  const double log_z = double(max_logit) + std::log(softmax_weights(logits, vocab, max_logit, 1.0f, probs_.data()));
+  const double log_z = double(max_logit) + std::log(softmax_weights(logits, vocab, max_logit, 1.0f, probs_.data(), isa_));
   result.logprob = float(double(logits[result.token]) - log_z);
   if (params_.logprobs <= 0) return;
   const int64_t k = std::min(params_.logprobs, vocab);

@@ -16,6 +16,8 @@
 // top-p and min-p read after top-k, and they are the first top_k of the order sample() sorts).
 #pragma once
 
+#include "core/cpu_isa.h"
+
 #include <cstdint>
 #include <random>
 #include <span>
@@ -53,7 +55,9 @@ struct SampleResult {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // `isa`: the code path of the softmax weights (kernels/cpu/softmax_weights.h); the results do
+  // not depend on it, only the speed.
+  explicit Sampler(const SamplingParams& params, CpuIsa isa = cpu_isa_best());
   // `prompt` and `output` are the request's tokens so far (for the penalties).
   SampleResult sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                       std::span<const int32_t> output = {});
@@ -74,6 +78,7 @@ class Sampler {
   void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result);
 
   SamplingParams params_;
+  CpuIsa isa_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::vector<int32_t> ids_;

@@ -37,17 +37,30 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;
 };
 
+// Which of a chunk's rows a step returns logits or hidden states for.
+enum class ChunkRows {
+  if_sampling,  // the last row when the chunk reaches the sequence's last known token, else none
+  none,
+  last,
+  all,          // every row (teacher-forced scoring)
+};
+
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t begin = 0;  // first token position computed this step
   int64_t count = 0;  // tokens computed this step
+  ChunkRows logits = ChunkRows::if_sampling;
+  ChunkRows hidden = ChunkRows::none;
   bool samples() const { return begin + count == int64_t(seq->tokens.size()); }
 };
 
+// One model step: what the scheduler planned (or a driver outside it built), and what the step
+// runner should return of it.
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;
   std::vector<int64_t> preempted;  // ids preempted while planning this step
   int64_t num_tokens = 0;
+  int64_t top_logits = 0;          // > 0: return only the best top_logits logits of each row
 };
 
 class Scheduler {

@@ -2,7 +2,7 @@
 #include "engine/scorer.h"
 
 #include "core/error.h"
-#include "engine/single_sequence.h"
+#include "engine/sequence_batch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,13 +24,12 @@ ScoreResult score(Model& model, const std::vector<int32_t>& ids, bool keep_logit
   MOET_CHECK(n <= config.max_position_embeddings, "{} tokens exceed the maximum model length {}", n,
              config.max_position_embeddings);
   for (int32_t id : ids) MOET_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary [0, {})", id, vocab);
-  SingleSequence sequence(model, n, block_size);
+  SequenceBatch sequences(model, 1, n, block_size);
+  sequences.sequence(0).tokens = ids;
   ScoreResult result;
   for (int64_t begin = 0; begin < n - 1; begin += chunk) {
     const int64_t end = std::min(n - 1, begin + chunk);  // rows that predict a known next token
-    std::vector<int32_t> rows(size_t(end - begin));
-    for (size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i);
-    const std::vector<float> logits = sequence.forward(model, ids, begin, end, rows);
+    const std::vector<float> logits = sequences.run_rows(0, begin, end, ChunkRows::all).output.logits;
     for (int64_t r = 0; r < end - begin; ++r) {
       const float* row = logits.data() + r * vocab;
       const double max_logit = *std::max_element(row, row + vocab);

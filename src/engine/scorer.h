@@ -1,6 +1,6 @@
 // Teacher-forced scoring of a token sequence: the log-probability the model gives each next
 // token, for perplexity and for comparing expert formats (the quality harness reads the logits).
-// The sequence runs in chunks through Model::forward over one paged KV cache, exactly as prefill.
+// The sequence runs in chunks through the step runner over one paged KV cache, exactly as prefill.
 #pragma once
 
 #include "models/model.h"

@@ -1,9 +1,12 @@
-// Several sequences decoding side by side outside the scheduler (moet bench --batch): one KV pool
-// holding every sequence's blocks, each sequence prefilled on its own, then decode steps that feed
-// one token of each sequence, all at the same position, as one decode batch (ForwardBatch::decode:
-// one CUDA graph per batch size and context bucket).
+// Sequences run outside the scheduler (moet score, moet bench, tests): KV blocks reserved up front
+// for each sequence's length, and steps over them through a StepRunner. run_rows() runs rows
+// [begin, end) of one sequence; decode() one token of every sequence at one position, as one
+// decode step (one CUDA graph per batch size and context bucket). The caller fills each
+// sequence's tokens (Sequence::tokens) before running positions of it.
 #pragma once
 
+#include "engine/scheduler.h"
+#include "engine/step_runner.h"
 #include "kv/block_pool.h"
 #include "models/model.h"
 
@@ -12,20 +15,24 @@
 
 namespace moet {
 
-struct SequenceBatch {
-  KvBlockPool pool;
-  KvCache cache;
-  std::vector<std::vector<int32_t>> tables;  // [sequence] its KV blocks
-
+class SequenceBatch {
+ public:
   // Reserves KV blocks for `sequences` sequences of `tokens` tokens each.
   SequenceBatch(Model& model, int64_t sequences, int64_t tokens, int64_t block_size);
   ~SequenceBatch();
 
-  // Rows [begin, end) of sequence `seq`'s tokens; the logits of its last row.
-  std::vector<float> prefill(Model& model, int64_t seq, const std::vector<int32_t>& tokens, int64_t begin,
-                             int64_t end);
-  // One decode step: sequence s feeds tokens[s] at position `pos`; logits [sequences, vocab].
-  std::vector<float> decode(Model& model, const std::vector<int32_t>& tokens, int64_t pos);
+  Sequence& sequence(int64_t s) { return sequences_[size_t(s)]; }
+  StepRunner& runner() { return runner_; }
+
+  // Rows [begin, end) of sequence s in one step; `logits` says whose logits come back.
+  StepOutcome run_rows(int64_t s, int64_t begin, int64_t end, ChunkRows logits, int64_t top_logits = 0);
+  // One decode step: every sequence's token at position `pos`; logits [sequences, vocab].
+  StepOutcome decode(int64_t pos, int64_t top_logits = 0);
+
+ private:
+  KvBlockPool pool_;
+  StepRunner runner_;
+  std::vector<Sequence> sequences_;
 };
 
 }  // namespace moet

@@ -107,13 +107,13 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   return ckpt;
 }
 
-const TensorInfo* Checkpoint::find(std::string_view name) const {
+const HostTensor* Checkpoint::find(std::string_view name) const {
   const auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-const TensorInfo& Checkpoint::get(std::string_view name) const {
-  const TensorInfo* info = find(name);
+const HostTensor& Checkpoint::get(std::string_view name) const {
+  const HostTensor* info = find(name);
   MOET_CHECK(info != nullptr, "{}: tensor '{}' is missing from the checkpoint", dir_.string(), name);
   return *info;
 }

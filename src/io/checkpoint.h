@@ -22,8 +22,8 @@ class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);
 
-  const TensorInfo* find(std::string_view name) const;
-  const TensorInfo& get(std::string_view name) const;
+  const HostTensor* find(std::string_view name) const;
+  const HostTensor& get(std::string_view name) const;
   // All tensor names, sorted.
   const std::vector<std::string>& names() const { return names_; }
   const nlohmann::json& config() const { return config_; }
@@ -36,7 +36,7 @@ class Checkpoint {
   std::filesystem::path dir_;
   nlohmann::json config_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const TensorInfo*, std::less<>> by_name_;
+  std::map<std::string, const HostTensor*, std::less<>> by_name_;
   std::vector<std::string> names_;
   std::string identity_;
 };

@@ -1,8 +1,8 @@
-// config.json -> ModelConfig: one typed description for every supported MoE family, filled by a
-// parser per family (model_config.cpp). Both config styles are accepted: as real checkpoints ship
-// it (`rope_theta` + `rope_scaling`) and as transformers 5 writes it (`rope_parameters`).
-// `model_type` is resolved through `architectures` too (Kimi-K2 ships model_type "kimi_k2" with
-// DeepseekV3ForCausalLM), and an unknown family is an error naming the supported ones.
+// ModelConfig: one typed description for every supported MoE family, and the generic readers of
+// config.json fields it is filled with. Which fields a family reads, its tensor names and its
+// layer plan live with the family (models/arch/<family>.cpp, where model_config_parse() is); this
+// file names no family. Both rope styles are read: as real checkpoints ship it (`rope_theta` +
+// `rope_scaling`) and as transformers 5 writes it (`rope_parameters`).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -31,7 +31,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  std::string family;  // qwen3_moe | deepseek_v3 | glm4_moe | mixtral
+  std::string family;      // the architecture file that read it (models/arch/)
   std::string model_type;  // as written in config.json
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -67,6 +67,10 @@ struct ModelConfig {
   std::vector<bool> layer_is_moe;  // one entry per layer
   int64_t num_nextn_predict_layers = 0;
   nlohmann::json quantization_config;  // null when the checkpoint is unquantized
+  // Tensor names, set by the family: a MoE layer's block is "model.layers.N.<moe_block>." and
+  // its routed expert E's projections "<block>experts.E.<name>.weight" (gate, up, down).
+  std::string moe_block = "mlp";
+  std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
 
   // Softmax scale of attention scores, including yarn's mscale^2 for MLA.
   double attention_scale() const;
@@ -79,8 +83,23 @@ struct ModelConfig {
   std::string moe_prefix(int64_t layer) const;
 };
 
-ModelConfig model_config_parse(const nlohmann::json& config);
-// The families model_config_parse accepts, for error messages and --help.
-const std::vector<std::string>& model_config_supported();
+// Readers of config.json fields, for the families' config readers: each names the field in its
+// error ("config.json: required field 'x' is missing", "... must be an integer").
+namespace config_json {
+bool present(const nlohmann::json& c, const char* key);
+int64_t req_int(const nlohmann::json& c, const char* key);
+int64_t opt_int(const nlohmann::json& c, const char* key, int64_t fallback);
+double opt_num(const nlohmann::json& c, const char* key, double fallback);
+bool opt_bool(const nlohmann::json& c, const char* key, bool fallback);
+std::string opt_str(const nlohmann::json& c, const char* key, const std::string& fallback);
+}  // namespace config_json
+
+// Rope settings from either style; `head_dim` is the per-head width rope applies to.
+RopeConfig config_read_rope(const nlohmann::json& c, int64_t head_dim, double partial_rotary_factor);
+// The fields every family shares (sizes, heads, norm eps, tying, top-k, quantization_config).
+void config_read_common(const nlohmann::json& c, ModelConfig& m);
+// The checks every parsed config must pass (top-k within the experts, groups dividing them, an
+// even rotary dimension).
+void config_check(const ModelConfig& m);
 
 }  // namespace moet

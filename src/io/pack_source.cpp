@@ -13,7 +13,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // Shape without the expert dimension, and the byte offset of `expert`'s slice.
-std::vector<int64_t> sliced_shape(const TensorInfo& t, int64_t expert, int matrix_rank, uint64_t* offset) {
+std::vector<int64_t> sliced_shape(const HostTensor& t, int64_t expert, int matrix_rank, uint64_t* offset) {
   std::vector<int64_t> shape = t.shape;
   *offset = 0;
   if (expert >= 0 && int(shape.size()) == matrix_rank + 1) {
@@ -25,7 +25,7 @@ std::vector<int64_t> sliced_shape(const TensorInfo& t, int64_t expert, int matri
   return shape;
 }
 
-const uint8_t* slice(const TensorInfo& t, int64_t expert, int matrix_rank) {
+const uint8_t* slice(const HostTensor& t, int64_t expert, int matrix_rank) {
   uint64_t offset;
   sliced_shape(t, expert, matrix_rank, &offset);
   return t.data + offset;
@@ -38,7 +38,7 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
   v.name = name;
   uint64_t offset;
   if (ends_with(name, "_blocks")) {
-    const TensorInfo& blocks = ckpt.get(name);
+    const HostTensor& blocks = ckpt.get(name);
     const auto shape = sliced_shape(blocks, expert, 3, &offset);
     MOET_CHECK(blocks.dtype == DType::u8 && shape[2] == 16, "tensor {}: expected U8 [.., N, K/32, 16]", name);
     v.format = SourceFormat::mxfp4;
@@ -48,7 +48,7 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
     v.scales = slice(ckpt.get(name.substr(0, name.size() - 7) + "_scales"), expert, 2);
     return v;
   }
-  const TensorInfo& w = ckpt.get(name);
+  const HostTensor& w = ckpt.get(name);
   const auto shape = sliced_shape(w, expert, 2, &offset);
   v.rows = shape[0];
   v.cols = shape[1];
@@ -58,7 +58,7 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
     case DType::f16: v.format = SourceFormat::f16; return v;
     case DType::f32: v.format = SourceFormat::f32; return v;
     case DType::f8_e4m3: {
-      const TensorInfo& s = ckpt.get(name + "_scale_inv");
+      const HostTensor& s = ckpt.get(name + "_scale_inv");
       v.format = SourceFormat::fp8_block;
       v.scales = slice(s, expert, 2);
       v.scales_dtype = s.dtype;
@@ -70,12 +70,12 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
       return v;
     }
     case DType::u8: {
-      const TensorInfo& s = ckpt.get(name + "_scale");
+      const HostTensor& s = ckpt.get(name + "_scale");
       v.cols = shape[1] * 2;
       v.scales = slice(s, expert, 2);
       if (s.dtype == DType::f8_e4m3) {
         v.format = SourceFormat::nvfp4;
-        const TensorInfo& g = ckpt.get(name + "_scale_2");
+        const HostTensor& g = ckpt.get(name + "_scale_2");
         MOET_CHECK(g.dtype == DType::f32 && g.bytes >= 4, "tensor {}_scale_2: expected F32", name);
         float global;
         std::memcpy(&global, g.data + (g.bytes == 4 ? 0 : 4 * uint64_t(std::max<int64_t>(expert, 0))), 4);

@@ -32,7 +32,7 @@ std::vector<int64_t> parse_shape(const nlohmann::json& entry, const std::string&
   return shape;
 }
 
-TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, const uint8_t* data,
+HostTensor parse_entry(const std::string& name, const nlohmann::json& entry, const uint8_t* data,
                        uint64_t data_bytes, const std::string& file) {
   const std::string where = fmt::format("{}: tensor '{}'", file, name);
   MOET_CHECK(entry.is_object(), "{}: header entry is not an object", where);
@@ -41,7 +41,7 @@ TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, con
   DType dtype;
   MOET_CHECK(dtype_parse(dtype_it->get<std::string>(), &dtype), "{}: unsupported dtype '{}'",
              where, dtype_it->get<std::string>());
-  TensorInfo info{name, dtype, parse_shape(entry, where), nullptr, 0, file};
+  HostTensor info{name, dtype, parse_shape(entry, where), nullptr, 0, file};
   const auto offsets = entry.find("data_offsets");
   MOET_CHECK(offsets != entry.end() && offsets->is_array() && offsets->size() == 2 &&
                  (*offsets)[0].is_number_unsigned() && (*offsets)[1].is_number_unsigned(),
@@ -65,14 +65,6 @@ TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, con
 }
 
 }  // namespace
-
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t dim : shape) n *= dim;
-  return n;
-}
-
-std::string TensorInfo::shape_text() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string file = path.string();
@@ -116,12 +108,12 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
     if (name == "__metadata__") continue;
     result->tensors_.push_back(parse_entry(name, entry, data, data_bytes, file));
   }
-  std::vector<const TensorInfo*> by_offset;
+  std::vector<const HostTensor*> by_offset;
   for (const auto& info : result->tensors_) by_offset.push_back(&info);
   std::sort(by_offset.begin(), by_offset.end(),
-            [](const TensorInfo* a, const TensorInfo* b) { return a->data < b->data; });
+            [](const HostTensor* a, const HostTensor* b) { return a->data < b->data; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
-    const TensorInfo* prev = by_offset[i - 1];
+    const HostTensor* prev = by_offset[i - 1];
     MOET_CHECK(prev->data + prev->bytes <= by_offset[i]->data, "{}: tensors '{}' and '{}' overlap",
                file, prev->name, by_offset[i]->name);
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "core/host_tensor.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -16,18 +17,6 @@
 
 namespace moet {
 
-struct TensorInfo {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  const uint8_t* data;  // inside the file's read-only mapping; valid while the file is open
-  size_t bytes;
-  std::string file;     // path of the file holding it, for error messages
-
-  int64_t numel() const;
-  std::string shape_text() const;  // "[4, 8]"
-};
-
 class SafetensorsFile {
  public:
   // Maps and validates `path`; throws moet::Error naming the file (and tensor) on any fault.
@@ -36,7 +25,7 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::vector<HostTensor>& tensors() const { return tensors_; }
   const std::string& header_json() const { return header_; }
   const std::filesystem::path& path() const { return path_; }
 
@@ -47,7 +36,7 @@ class SafetensorsFile {
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   std::string header_;
-  std::vector<TensorInfo> tensors_;
+  std::vector<HostTensor> tensors_;
 };
 
 // Writes tensors to a safetensors file (used by tests and tools that convert checkpoints).

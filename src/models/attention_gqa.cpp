@@ -34,10 +34,7 @@ class GqaAttention final : public AttentionBlock {
     }
   }
 
-  KvLayerCache create_cache(Backend& backend, int64_t blocks, int64_t block_size) const override {
-    return backend.alloc_kv(blocks, block_size, kv_heads_, head_dim_, head_dim_, false);
-  }
-  int64_t kv_floats_per_token() const override { return 2 * kv_heads_ * head_dim_; }
+  KvLayerSpec kv_spec() const override { return KvLayerSpec::paged_heads(kv_heads_, head_dim_); }
 
   void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
     Backend& b = ctx.backend;

@@ -37,10 +37,7 @@ class MlaAttention final : public AttentionBlock {
     if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
   }
 
-  KvLayerCache create_cache(Backend& backend, int64_t blocks, int64_t block_size) const override {
-    return backend.alloc_kv(blocks, block_size, 1, rank_ + rope_dim_, rank_, true);
-  }
-  int64_t kv_floats_per_token() const override { return rank_ + rope_dim_; }
+  KvLayerSpec kv_spec() const override { return KvLayerSpec::latent_row(rank_ + rope_dim_, rank_); }
 
   void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
     Backend& b = ctx.backend;
@@ -77,7 +74,7 @@ class MlaAttention final : public AttentionBlock {
  private:
   // kv_b_proj [heads * (nope + v), rank] -> W_uk^T [heads, rank, nope] and W_uv [heads, v, rank],
   // both in the checkpoint's dtype (a permutation: values are unchanged).
-  void split_kv_b(Backend& backend, const TensorInfo& kv_b) {
+  void split_kv_b(Backend& backend, const HostTensor& kv_b) {
     const size_t elem = dtype_size(kv_b.dtype);
     std::vector<uint8_t> uk(static_cast<size_t>(heads_ * rank_ * nope_) * elem);
     std::vector<uint8_t> uv(static_cast<size_t>(heads_ * v_dim_ * rank_) * elem);
@@ -89,8 +86,8 @@ class MlaAttention final : public AttentionBlock {
       std::memcpy(&uv[size_t(h * v_dim_ * rank_) * elem], kv_b.data + size_t((base + nope_) * rank_) * elem,
                   size_t(v_dim_ * rank_) * elem);
     }
-    w_uk_t_ = backend.upload(TensorInfo{kv_b.name + " (W_uk^T)", kv_b.dtype, {heads_, rank_, nope_}, uk.data(), uk.size(), kv_b.file});
-    w_uv_ = backend.upload(TensorInfo{kv_b.name + " (W_uv)", kv_b.dtype, {heads_, v_dim_, rank_}, uv.data(), uv.size(), kv_b.file});
+    w_uk_t_ = backend.upload(HostTensor{kv_b.name + " (W_uk^T)", kv_b.dtype, {heads_, rank_, nope_}, uk.data(), uk.size(), kv_b.file});
+    w_uv_ = backend.upload(HostTensor{kv_b.name + " (W_uv)", kv_b.dtype, {heads_, v_dim_, rank_}, uv.data(), uv.size(), kv_b.file});
   }
 
   int64_t heads_, rank_, nope_, rope_dim_, v_dim_;

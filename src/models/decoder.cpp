@@ -4,17 +4,14 @@
 #include "core/error.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 namespace moet {
 
-namespace {
-std::atomic<int64_t> next_model_id{1};
-}  // namespace
-
 DecoderModel::DecoderModel(ModelConfig config, Backend& backend)
-    : config_(std::move(config)), backend_(backend), id_(next_model_id++) {}
+    : config_(std::move(config)),
+      backend_(backend),
+      experts_(backend, config_.num_hidden_layers, config_.n_routed_experts) {}
 
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
@@ -34,89 +31,72 @@ void DecoderModel::load_common(WeightLoader& loader) {
   }
 }
 
-KvCache DecoderModel::create_kv_cache(int64_t blocks, int64_t block_size) {
-  KvCache cache{blocks, block_size, {}};
-  for (auto& layer : layers_) cache.layers.push_back(layer.attention->create_cache(backend_, blocks, block_size));
-  return cache;
-}
-
-int64_t DecoderModel::kv_bytes_per_token() const {
-  int64_t floats = 0;
-  for (const auto& layer : layers_) floats += layer.attention->kv_floats_per_token();
-  return floats * int64_t(sizeof(float));
+void DecoderModel::finish_load() {
+  kv_specs_.clear();
+  for (const DecoderLayer& layer : layers_) kv_specs_.push_back(layer.attention->kv_spec());
 }
 
 namespace {
 
-// The best k logits of each row in one tensor, so that they reach the host in one copy: I32
-// [2, rows, k], the values' bits then the ids.
-struct PackedTop {
-  Tensor packed, values, ids;
+// Where a forward's results sit in its one output tensor (4-byte elements): the logit rows'
+// logits [rows, vocab] as F32, or their best k as values [rows, k] (F32) then ids [rows, k] (I32);
+// then the hidden rows [hidden_rows, hidden] as F32.
+struct OutputLayout {
+  int64_t logit_elements = 0, hidden_elements = 0;
+  int64_t total() const { return logit_elements + hidden_elements; }
 };
 
-PackedTop top_logits_packed(Backend& backend, int64_t rows, int64_t k) {
-  PackedTop t;
-  t.packed = backend.alloc({2, rows, k}, DType::i32);
-  t.values = Tensor{DType::f32, {rows, k}, t.packed.storage, t.packed.data};
-  t.ids = Tensor{DType::i32, {rows, k}, t.packed.storage, t.packed.as<int32_t>() + rows * k};
-  return t;
+OutputLayout output_layout(const ForwardBatch& batch, int64_t vocab, int64_t hidden) {
+  const int64_t rows = int64_t(batch.logit_rows.size());
+  return {batch.top_k > 0 ? 2 * rows * batch.top_k : rows * vocab, int64_t(batch.hidden_rows.size()) * hidden};
+}
+
+// A view of `count` 4-byte elements of `packed` from element `offset`, shaped `shape`.
+Tensor output_view(const Tensor& packed, int64_t offset, DType dtype, std::vector<int64_t> shape) {
+  return Tensor{dtype, std::move(shape), packed.storage, static_cast<uint8_t*>(packed.data) + offset * 4};
 }
 
 }  // namespace
 
-Tensor DecoderModel::run(const ForwardBatch& batch, KvCache& cache, int64_t top_k) {
-  const int64_t rows = int64_t(batch.tokens.size());
+StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
+  const int64_t rows = int64_t(batch.tokens.size()), vocab = config_.vocab_size;
   MOET_CHECK(rows > 0 && batch.positions.size() == size_t(rows) && batch.slots.size() == size_t(rows) &&
                  batch.row_seq.size() == size_t(rows),
              "malformed forward batch");
+  MOET_CHECK(batch.top_k == 0 || (batch.top_k >= 1 && batch.top_k <= std::min(vocab, kMaxTopLogits)),
+             "forward: top_k must be in [1, {}] (got {})", std::min(vocab, kMaxTopLogits), batch.top_k);
+  for (const auto* list : {&batch.logit_rows, &batch.hidden_rows})
+    for (int32_t r : *list) MOET_CHECK(r >= 0 && r < rows, "forward: row {} outside the batch of {}", r, rows);
   for (int64_t slot : batch.slots)
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
-                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size,
-                       config_.vocab_size});
-  const auto body = [&] {
-    Tensor logits = forward_body(batch, cache);
-    if (top_k == 0) return logits;
-    PackedTop top = top_logits_packed(backend_, logits.dim(0), top_k);
-    backend_.top_logits(logits, top_k, top.values, top.ids);
-    return top.packed;
+                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab});
+  const auto body = [&] { return forward_body(batch, cache); };
+  const Tensor packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
+  const OutputLayout layout = output_layout(batch, vocab, config_.hidden_size);
+  std::vector<int32_t> host(size_t(packed.numel()));
+  backend_.to_host(packed, host.data());  // also waits for the step (a step is done when forward returns)
+  StepOutput out;
+  const auto floats = [&](int64_t begin, int64_t count) {
+    std::vector<float> values{};
+    values.resize(size_t(count));
+    std::memcpy(values.data(), host.data() + begin, size_t(count) * sizeof(float));
+    return values;
   };
-  if (!batch.decode) return body();
-  // Everything body() bakes into its launches besides the step inputs: this model, the KV cache's
-  // memory, the logit rows and the top-k width (the backend adds rows, sequences and table stride).
-  GraphKey key;
-  key.values = {id_, top_k, int64_t(batch.logit_rows.size())};
-  key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
-  for (const KvLayerCache& layer : cache.layers) {
-    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
-    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
+  if (batch.top_k > 0) {
+    const int64_t n = layout.logit_elements / 2;
+    out.top = {batch.top_k, floats(0, n), std::vector<int32_t>(host.begin() + n, host.begin() + 2 * n)};
+  } else {
+    out.logits = floats(0, layout.logit_elements);
   }
-  return backend_.run_graph(key, body);
+  out.hidden = floats(layout.logit_elements, layout.hidden_elements);
+  return out;
 }
 
-std::vector<float> DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
-  const Tensor logits = run(batch, cache, 0);
-  std::vector<float> host(size_t(logits.numel()));
-  backend_.to_host(logits, host.data());
-  return host;
-}
-
-TopLogits DecoderModel::forward_top(const ForwardBatch& batch, KvCache& cache, int64_t k) {
-  MOET_CHECK(k >= 1 && k <= std::min(config_.vocab_size, kMaxTopLogits),
-             "forward_top: k must be in [1, {}] (got {})", std::min(config_.vocab_size, kMaxTopLogits), k);
-  const Tensor packed = run(batch, cache, k);
-  const size_t n = size_t(packed.numel() / 2);
-  std::vector<int32_t> host(2 * n);
-  backend_.to_host(packed, host.data());
-  TopLogits top{k, std::vector<float>(n), std::vector<int32_t>(host.begin() + ptrdiff_t(n), host.end())};
-  std::memcpy(top.values.data(), host.data(), n * sizeof(float));
-  return top;
-}
-
-// Replay-safe (docs/design.md, "CUDA graphs"): every launch depends only on the batch's shape and
-// logit rows, and the per-row inputs are read from the backend's step buffer.
+// Replay-safe (docs/design.md, "CUDA graphs"): every launch depends only on the batch's shape,
+// its logit and hidden rows and top_k, and the per-row inputs are read from the step buffer.
 Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
-  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
+  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size, vocab = config_.vocab_size;
   StepContext ctx{backend_};
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
@@ -132,18 +112,36 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
     layer.ffn->forward(backend_, normed, branch);
     if (l + 1 < layers_.size()) backend_.add_rmsnorm(residual, branch, layers_[l + 1].input_norm, eps, normed);
   }
-  const int64_t out_rows = int64_t(batch.logit_rows.size());
-  if (out_rows == 0) return backend_.alloc({0, config_.vocab_size});  // a prefill chunk that samples nothing
-  bool all_rows = out_rows == rows;  // logits of every row in order (decode): no gather needed
-  for (int64_t i = 0; all_rows && i < out_rows; ++i) all_rows = batch.logit_rows[size_t(i)] == i;
+  const OutputLayout layout = output_layout(batch, vocab, hidden);
+  Tensor packed = backend_.alloc({std::max<int64_t>(1, layout.total())}, DType::i32);
+  const int64_t out_rows = int64_t(batch.logit_rows.size()), hidden_rows = int64_t(batch.hidden_rows.size());
+  if (out_rows == 0 && hidden_rows == 0) return packed;  // a prefill chunk that samples nothing
   backend_.add_rmsnorm(residual, branch, final_norm_, eps, normed);  // row-wise: gathering after is exact
-  Tensor last_normed = all_rows ? normed : backend_.alloc({out_rows, hidden});
-  for (int64_t i = 0; !all_rows && i < out_rows; ++i)
-    backend_.copy_columns(normed, hidden, int64_t(batch.logit_rows[size_t(i)]) * hidden, last_normed, hidden,
-                          i * hidden, 1, hidden);
-  Tensor logits = backend_.alloc({out_rows, config_.vocab_size});
+  // The rows of `normed` a list names, gathered (all rows in order: `normed` itself).
+  const auto gathered = [&](const std::vector<int32_t>& list, Tensor into) {
+    bool all_rows = int64_t(list.size()) == rows;
+    for (int64_t i = 0; all_rows && i < rows; ++i) all_rows = list[size_t(i)] == i;
+    if (all_rows && into.empty()) return normed;
+    if (into.empty()) into = backend_.alloc({int64_t(list.size()), hidden});
+    for (size_t i = 0; i < list.size(); ++i)
+      backend_.copy_columns(normed, hidden, int64_t(list[i]) * hidden, into, hidden, int64_t(i) * hidden, 1, hidden);
+    return into;
+  };
+  if (hidden_rows > 0)
+    gathered(batch.hidden_rows, output_view(packed, layout.logit_elements, DType::f32, {hidden_rows, hidden}));
+  if (out_rows == 0) return packed;
+  const Tensor last_normed = gathered(batch.logit_rows, {});
+  if (batch.top_k == 0) {
+    Tensor logits = output_view(packed, 0, DType::f32, {out_rows, vocab});
+    backend_.matmul(last_normed, lm_head_, nullptr, logits);
+    return packed;
+  }
+  Tensor logits = backend_.alloc({out_rows, vocab});
   backend_.matmul(last_normed, lm_head_, nullptr, logits);
-  return logits;
+  Tensor values = output_view(packed, 0, DType::f32, {out_rows, batch.top_k});
+  Tensor ids = output_view(packed, out_rows * batch.top_k, DType::i32, {out_rows, batch.top_k});
+  backend_.top_logits(logits, batch.top_k, values, ids);
+  return packed;
 }
 
 }  // namespace moet

@@ -1,5 +1,6 @@
-// Feed-forward blocks: the dense SiLU MLP and the MoE block (router -> routed experts, plus
-// shared experts when the family has them). Gate and up projections are stacked at load so one
+// Feed-forward blocks: the dense SiLU MLP and the MoE block (router -> routed experts, read from
+// the model's ExpertPool at every forward, plus shared experts when the family has them). Gate
+// and up projections are stacked at load so one
 // matmul produces both halves for silu_mul.
 #include "models/blocks.h"
 
@@ -30,19 +31,18 @@ class DenseMlp final : public FfnBlock {
 
 class Moe final : public FfnBlock {
  public:
-  Moe(const ModelConfig& c, WeightLoader& loader, int64_t layer) : top_k_(c.num_experts_per_tok) {
+  Moe(const ModelConfig& c, WeightLoader& loader, int64_t layer, ExpertLoader& experts, ExpertPool& pool)
+      : top_k_(c.num_experts_per_tok), layer_(layer), pool_(pool) {
     const std::string p = c.moe_prefix(layer);
-    const int64_t hidden = c.hidden_size, inner = c.moe_intermediate_size, experts = c.n_routed_experts;
-    router_ = loader.weight(p + "gate.weight", {experts, hidden});
-    params_ = {experts, top_k_, c.scoring == RouterScoring::sigmoid, c.norm_topk_prob,
+    const int64_t hidden = c.hidden_size, inner = c.moe_intermediate_size, count = c.n_routed_experts;
+    router_ = loader.weight(p + "gate.weight", {count, hidden});
+    params_ = {count, top_k_, c.scoring == RouterScoring::sigmoid, c.norm_topk_prob,
                float(c.routed_scaling_factor), c.n_group, c.topk_group, nullptr};
     if (c.has_correction_bias) {
-      bias_ = loader.weight_f32(p + "gate.e_score_correction_bias", {experts});
+      bias_ = loader.weight_f32(p + "gate.e_score_correction_bias", {count});
       params_.correction_bias = bias_.as<float>();
     }
-    std::vector<ExpertWeights> weights;
-    for (int64_t e = 0; e < experts; ++e) weights.push_back(loader.expert(layer, e));
-    experts_ = loader.backend().expert_set(std::move(weights));
+    pool.load_layer(layer, experts.layout(), [&](int64_t e) { return experts.load(loader, layer, e); });
     if (c.n_shared_experts > 0)
       shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts);
   }
@@ -53,7 +53,7 @@ class Moe final : public FfnBlock {
     Tensor expert_ids = b.alloc({x.rows(), top_k_}, DType::i32);
     Tensor weights = b.alloc({x.rows(), top_k_});
     b.router(params_, logits, expert_ids, weights);
-    b.moe_experts(x, experts_, expert_ids, weights, out);
+    b.moe_experts(x, pool_.layer(layer_), expert_ids, weights, out);
     if (shared_) {
       Tensor shared_out = b.alloc({x.rows(), x.cols()});
       shared_->forward(b, x, shared_out);
@@ -62,10 +62,10 @@ class Moe final : public FfnBlock {
   }
 
  private:
-  int64_t top_k_;
+  int64_t top_k_, layer_;
+  ExpertPool& pool_;
   Tensor router_, bias_;
   RouterParams params_{};
-  ExpertSet experts_;
   std::unique_ptr<FfnBlock> shared_;
 };
 
@@ -76,8 +76,9 @@ std::unique_ptr<FfnBlock> dense_mlp_load(WeightLoader& loader, const std::string
   return std::make_unique<DenseMlp>(loader, prefix, hidden, inner);
 }
 
-std::unique_ptr<FfnBlock> moe_load(const ModelConfig& config, WeightLoader& loader, int64_t layer) {
-  return std::make_unique<Moe>(config, loader, layer);
+std::unique_ptr<FfnBlock> moe_load(const ModelConfig& config, WeightLoader& loader, int64_t layer,
+                                   ExpertLoader& experts, ExpertPool& pool) {
+  return std::make_unique<Moe>(config, loader, layer, experts, pool);
 }
 
 }  // namespace moet

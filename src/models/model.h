@@ -1,14 +1,20 @@
 // What the engine sees of a model: a forward over a batch of tokens from any number of sequences
-// (prefill rows and decode rows alike) that writes their K/V into a paged cache and returns the
-// logits of the rows asked for, whole or only the best few of each row (forward_top: computed
-// where the logits are, so a GPU copies k candidates per row instead of the vocabulary). Built from a checkpoint by model_load() (registry.cpp), which
-// dispatches on the config's family to one file per architecture.
+// (prefill rows and decode rows alike) that writes their K/V into a paged cache and returns, for
+// the rows asked for, their logits (whole, or only the best few of each row: computed where the
+// logits are, so a GPU copies k candidates per row instead of the vocabulary) and their last
+// hidden state (what MTP drafting reads). Only the step runner (engine/step_runner.h) calls
+// forward(). A model declares what each layer keeps in the KV cache (kv_layer_specs(); kv/
+// allocates it) and owns its routed experts (experts(), an ExpertPool). Built from a checkpoint by
+// model_load() (registry.cpp), which dispatches on the config's family to one file per
+// architecture (models/arch/).
 #pragma once
 
 #include "backend/backend.h"
+#include "experts/expert_loader.h"
+#include "experts/expert_pool.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
-#include "models/expert_loader.h"
+#include "kv/kv_cache.h"
 
 #include <cstdint>
 #include <memory>
@@ -23,10 +29,14 @@ struct ForwardBatch {
   std::vector<int64_t> slots;                 // [rows] physical KV slot the row writes
   std::vector<const int32_t*> block_tables;   // [sequences]
   std::vector<int32_t> logit_rows;            // rows whose logits are returned, in this order
-  // Every row is one sequence's next decode token: a step whose shape recurs, which the model
-  // runs through Backend::run_graph (a CUDA graph per batch size and context bucket). Prefill and
-  // mixed steps leave it false and run eagerly. Results are the same either way.
-  bool decode = false;
+  // > 0: only the best top_k logits of each logit row (1 <= top_k <= min(vocab, kMaxTopLogits)).
+  int64_t top_k = 0;
+  std::vector<int32_t> hidden_rows;           // rows whose last hidden state is returned, in this order
+  // Set for a step whose shape recurs (a decode step): the forward runs through
+  // Backend::run_graph under this key (a CUDA graph per key and step layout), which must name
+  // everything the forward bakes into its launches besides the step inputs (the step runner
+  // builds it). Null: eager. Results are the same either way.
+  const GraphKey* graph = nullptr;
 };
 
 // The k best logits of each row asked for and their token ids, best first (the order of
@@ -37,28 +47,28 @@ struct TopLogits {
   std::vector<int32_t> ids;   // [rows, k]
 };
 
-struct KvCache {
-  int64_t blocks = 0;
-  int64_t block_size = 0;
-  std::vector<KvLayerCache> layers;
+// One forward's results in host memory.
+struct StepOutput {
+  std::vector<float> logits;  // [logit_rows, vocab] when top_k == 0
+  TopLogits top;              // [logit_rows, top_k] when top_k > 0
+  // [hidden_rows, hidden_size]: each row's hidden state after the final norm (the LM head's input).
+  std::vector<float> hidden;
 };
 
 class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual KvCache create_kv_cache(int64_t blocks, int64_t block_size) = 0;
-  // Bytes one token occupies in the KV cache over all layers.
-  virtual int64_t kv_bytes_per_token() const = 0;
-  // Returns logits [batch.logit_rows.size(), vocab] on the host.
-  virtual std::vector<float> forward(const ForwardBatch& batch, KvCache& cache) = 0;
-  // The same forward, returning only the k best logits of each of those rows (1 <= k <=
-  // min(vocab, kMaxTopLogits)); exactly the best k of what forward() returns.
-  virtual TopLogits forward_top(const ForwardBatch& batch, KvCache& cache, int64_t k) = 0;
+  virtual Backend& backend() = 0;
+  // What each layer keeps per token in the KV cache (kv_cache_create() allocates it).
+  virtual const std::vector<KvLayerSpec>& kv_layer_specs() const = 0;
+  // The routed experts of every MoE layer.
+  virtual ExpertPool& experts() = 0;
+  virtual StepOutput forward(const ForwardBatch& batch, KvCache& cache) = 0;
 };
 
 struct LoadStats;
-// Routed experts are stored as options.experts says (w2 unless told; see expert_loader.h).
+// Routed experts are stored as options.experts says (w2 unless told; see experts/expert_loader.h).
 std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats = nullptr,
                                   const ModelLoadOptions& options = {});
 // A model of the shapes `config` describes with invented weights (benchmarks, --load-format dummy).

@@ -1,25 +1,19 @@
-// model_load(): config family -> architecture spec -> DecoderModel (see model.h, architectures.h).
+// model_load(): config family -> architecture spec (models/arch/) -> DecoderModel (see model.h).
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
-#include "io/model_config.h"
-#include "models/architectures.h"
+#include "models/arch/arch.h"
 
 #include <fmt/ranges.h>
 
 namespace moet {
 namespace {
 
-const ArchSpec& arch_for(const std::string& family) {
-  for (const ArchSpec* spec : {&qwen3_moe_arch(), &deepseek_v3_arch(), &glm4_moe_arch(), &mixtral_arch()})
-    if (spec->family == family) return *spec;
-  fail("no architecture implementation for family '{}'", family);
-}
-
-}  // namespace
-
-std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& config,
-                                     WeightLoader& loader, Backend& backend) {
+// Builds a DecoderModel: common weights, then per layer the spec's attention and either the MoE
+// block (its routed experts through `experts` into the model's pool) or the dense MLP
+// (intermediate_size) as config.layer_is_moe says.
+std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& config, WeightLoader& loader,
+                                     ExpertLoader& experts, Backend& backend) {
   auto model = std::make_unique<DecoderModel>(config, backend);
   model->load_common(loader);
   Progress progress("loading layers", uint64_t(config.num_hidden_layers));
@@ -28,13 +22,16 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
     DecoderLayer& layer = model->layers()[size_t(l)];
     layer.attention = spec.attention(config, loader, prefix + "self_attn.");
     layer.ffn = config.layer_is_moe[size_t(l)]
-                    ? moe_load(config, loader, l)
+                    ? moe_load(config, loader, l, experts, model->experts())
                     : dense_mlp_load(loader, prefix + "mlp.", config.hidden_size, config.intermediate_size);
     progress.advance(1);
   }
   progress.finish();
+  model->finish_load();
   return model;
 }
+
+}  // namespace
 
 std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats,
                                   const ModelLoadOptions& options) {
@@ -43,8 +40,8 @@ std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend
                 config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok,
                 expert_mode_name(options.experts), checkpoint.dir().string(), backend.name());
   WeightLoader loader(checkpoint, backend);
-  loader.set_experts(std::make_unique<ExpertLoader>(&checkpoint, config, options));
-  auto model = decoder_build(arch_for(config.family), config, loader, backend);
+  ExpertLoader experts(&checkpoint, config, options);
+  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend);
   loader.report_unused();
   if (stats) *stats = loader.stats();
   return model;
@@ -60,8 +57,8 @@ std::unique_ptr<Model> model_load_random(const nlohmann::json& config_json, Back
   const bool fp8_dense = config.quantization_config.is_object() &&
                          config.quantization_config.value("quant_method", "") == "fp8";
   WeightLoader loader = WeightLoader::random(backend, seed, fp8_dense);
-  loader.set_experts(std::make_unique<ExpertLoader>(nullptr, config, options));
-  auto model = decoder_build(arch_for(config.family), config, loader, backend);
+  ExpertLoader experts(nullptr, config, options);
+  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend);
   if (stats) *stats = loader.stats();
   return model;
 }

@@ -23,17 +23,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void check_shape(const TensorInfo& found, const std::vector<int64_t>& shape) {
+void check_shape(const HostTensor& found, const std::vector<int64_t>& shape) {
   MOET_CHECK(found.shape == shape, "tensor '{}' in {} has shape {} but the config implies [{}]", found.name,
              found.file, found.shape_text(), fmt::join(shape, ", "));
 }
 
 // The block scales X.weight_scale_inv of FP8 tensor X.weight [rows, cols], checked: F32 or BF16
 // [ceil(rows / block_rows), ceil(cols / block_cols)].
-const TensorInfo& fp8_scales(const Checkpoint& checkpoint, const std::string& name, int64_t rows, int64_t cols,
+const HostTensor& fp8_scales(const Checkpoint& checkpoint, const std::string& name, int64_t rows, int64_t cols,
                              int64_t block_rows, int64_t block_cols) {
   const std::string scale_name = name + "_scale_inv";
-  const TensorInfo* scales = checkpoint.find(scale_name);
+  const HostTensor* scales = checkpoint.find(scale_name);
   MOET_CHECK(scales != nullptr, "{}: FP8 tensor '{}' has no block scales '{}'", checkpoint.dir().string(), name,
              scale_name);
   const std::vector<int64_t> shape = {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols};
@@ -53,7 +53,7 @@ bool fp8_blocks_of_128(const Checkpoint& checkpoint) {
 }
 
 // The same tensor as a U8 byte plane (FP8 codes travel to the backend byte for byte).
-TensorInfo as_bytes(TensorInfo info) {
+HostTensor as_bytes(HostTensor info) {
   info.dtype = DType::u8;
   return info;
 }
@@ -68,14 +68,14 @@ bool WeightLoader::has(const std::string& name) const {
   return checkpoint_ ? checkpoint_->find(name) != nullptr : !ends_with(name, ".bias");
 }
 
-const TensorInfo& WeightLoader::keep(TensorInfo info, std::unique_ptr<uint8_t[]> bytes) {
+const HostTensor& WeightLoader::keep(HostTensor info, std::unique_ptr<uint8_t[]> bytes) {
   if (invented_.size() >= 2) invented_.pop_front();
   info.data = bytes.get();
   invented_.emplace_back(std::move(info), std::move(bytes));
   return invented_.back().first;
 }
 
-const TensorInfo& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
+const HostTensor& WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) {
   return invent_as<uint16_t>(name, shape, DType::bf16, float_to_bf16);
 }
 
@@ -84,7 +84,7 @@ const TensorInfo& WeightLoader::invent(const std::string& name, const std::vecto
 // count; one normal draw per 64 values, varied along them, keeps invention fast at full-size
 // shapes (Qwen3-235B: 16 GB of dense weights).
 template <typename T, typename Encode>
-const TensorInfo& WeightLoader::invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype,
+const HostTensor& WeightLoader::invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype,
                                           Encode encode) {
   constexpr int64_t kInventChunk = int64_t(1) << 16;
   int64_t count = 1;
@@ -109,23 +109,23 @@ const TensorInfo& WeightLoader::invent_as(const std::string& name, const std::ve
       }
     }
   });
-  return keep(TensorInfo{name, dtype, shape, nullptr, size_t(count) * sizeof(T), "(random)"}, std::move(bytes));
+  return keep(HostTensor{name, dtype, shape, nullptr, size_t(count) * sizeof(T), "(random)"}, std::move(bytes));
 }
 
 bool WeightLoader::is_plain_float(const std::string& name) const {
   if (checkpoint_ == nullptr) return true;
-  const TensorInfo* found = checkpoint_->find(name);
+  const HostTensor* found = checkpoint_->find(name);
   return found == nullptr || found->dtype == DType::bf16 || found->dtype == DType::f16 || found->dtype == DType::f32;
 }
 
-void WeightLoader::mark_used_family(const std::string& name) {
+void WeightLoader::mark_used(const std::string& name) {
   const std::string stem = ends_with(name, ".weight") ? name.substr(0, name.size() - 6) : name;
   for (const auto& candidate : checkpoint_->names())
     if (candidate == name || (candidate.rfind(stem, 0) == 0 && candidate.find('.', stem.size()) == std::string::npos))
       used_.insert(candidate);
 }
 
-const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vector<int64_t>& shape) {
+const HostTensor& WeightLoader::decoded(const std::string& name, const std::vector<int64_t>& shape) {
   const SourceView view = checkpoint_source_view(*checkpoint_, name);
   MOET_CHECK(shape.size() == 2 && view.rows == shape[0] && view.cols == shape[1],
              "tensor '{}' decodes to [{}, {}] but the config implies [{}]", name, view.rows, view.cols,
@@ -136,14 +136,14 @@ const TensorInfo& WeightLoader::decoded(const std::string& name, const std::vect
   std::unique_ptr<uint8_t[]> bytes(new uint8_t[values.size() * sizeof(float)]);
   auto* out = reinterpret_cast<float*>(bytes.get());
   for (size_t i = 0; i < values.size(); ++i) out[i] = float(values[i]);
-  mark_used_family(name);
-  return keep(TensorInfo{name, DType::f32, shape, nullptr, values.size() * sizeof(float), "(decoded)"},
+  mark_used(name);
+  return keep(HostTensor{name, DType::f32, shape, nullptr, values.size() * sizeof(float), "(decoded)"},
               std::move(bytes));
 }
 
-const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {
+const HostTensor& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {
   if (checkpoint_ == nullptr) return invent(name, shape);
-  const TensorInfo* found = checkpoint_->find(name);
+  const HostTensor* found = checkpoint_->find(name);
   MOET_CHECK(found != nullptr, "{}: tensor '{}' is missing from the checkpoint",
              checkpoint_->dir().string(), name);
   if (!is_plain_float(name)) return decoded(name, shape);
@@ -154,7 +154,7 @@ const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<
 
 bool WeightLoader::keeps_fp8(const std::string& name) const {
   if (checkpoint_ == nullptr) return fp8_dense_;
-  const TensorInfo* found = checkpoint_->find(name);
+  const HostTensor* found = checkpoint_->find(name);
   return found != nullptr && found->dtype == DType::f8_e4m3 && fp8_blocks_of_128(*checkpoint_);
 }
 
@@ -173,9 +173,9 @@ WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std:
     const auto encode = [](float v) { return table[float_to_bf16(v / kInventedFp8Scale)]; };
     return {&invent_as<uint8_t>(name, shape, DType::f8_e4m3, encode), std::move(scales)};
   }
-  const TensorInfo& codes = checkpoint_->get(name);
+  const HostTensor& codes = checkpoint_->get(name);
   check_shape(codes, shape);
-  const TensorInfo& stored = fp8_scales(*checkpoint_, name, shape[0], shape[1], kFp8Block, kFp8Block);
+  const HostTensor& stored = fp8_scales(*checkpoint_, name, shape[0], shape[1], kFp8Block, kFp8Block);
   for (size_t i = 0; i < scales.size(); ++i) {
     if (stored.dtype == DType::f32) {
       std::memcpy(&scales[i], stored.data + i * sizeof(float), sizeof(float));
@@ -185,12 +185,12 @@ WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std:
       scales[i] = bf16_to_float(bits);
     }
   }
-  mark_used_family(name);
+  mark_used(name);
   return {&codes, std::move(scales)};
 }
 
 Tensor WeightLoader::fp8_upload(const std::string& name, Tensor codes, const std::vector<float>& scales) {
-  const TensorInfo info{name + "_scale_inv", DType::f32, fp8_block_scale_shape(codes.dim(0), codes.dim(1)),
+  const HostTensor info{name + "_scale_inv", DType::f32, fp8_block_scale_shape(codes.dim(0), codes.dim(1)),
                         reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * sizeof(float), "(scales)"};
   return counted(name, fp8_block_weight(std::move(codes), backend_.upload(info), name));
 }
@@ -229,7 +229,7 @@ Tensor WeightLoader::weight_f32(const std::string& name, const std::vector<int64
 }
 
 Tensor WeightLoader::stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) {
-  const TensorInfo& first = info(a, shape_each);
+  const HostTensor& first = info(a, shape_each);
   return counted(a, backend_.upload_stacked(first, info(b, shape_each)));
 }
 

@@ -5,8 +5,9 @@
 // (matmul_weight / matmul_stacked: attention projections, dense MLPs, shared experts) stored as
 // FP8 with 128x128 block scales stay FP8 (tensor.h), a quarter of their F32 decode; every other
 // quantized weight (FP8 for ops that take no FP8: MLA's per-head kv_b_proj, embeddings, LM heads;
-// NVFP4, MXFP4) is decoded exactly to F32 at load. Routed experts go through the ExpertLoader
-// (--experts native|w2|fp4). A loader made by random() instead invents every tensor (BF16,
+// NVFP4, MXFP4) is decoded exactly to F32 at load. Routed experts are made by the ExpertLoader
+// (experts/, --experts native|w2|fp4), which uploads through this loader as its ExpertUploadSink.
+// A loader made by random() instead invents every tensor (BF16,
 // N(0, 0.02); norm weights 1), and with fp8_dense the matmul weights as FP8-block codes of such
 // values over a fixed scale, for benchmarks of full-size shapes without files.
 #pragma once
@@ -14,7 +15,7 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
-#include "models/expert_loader.h"
+#include "experts/expert_loader.h"
 
 #include <cstdint>
 #include <deque>
@@ -32,22 +33,24 @@ struct LoadStats {
   uint64_t embedding_bytes = 0;
 };
 
-class WeightLoader {
+class WeightLoader final : public ExpertUploadSink {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(&checkpoint), backend_(backend) {}
   static WeightLoader random(Backend& backend, uint64_t seed, bool fp8_dense = false);
-  // Routed experts come from this loader (set once the config is known).
-  void set_experts(std::unique_ptr<ExpertLoader> experts) { experts_ = std::move(experts); }
-  ExpertWeights expert(int64_t layer, int64_t expert) { return experts_->load(*this, layer, expert); }
   const Checkpoint* checkpoint() const { return checkpoint_; }
   // True when `name` is stored as BF16/F16/F32 (or invented): loadable without decoding.
   bool is_plain_float(const std::string& name) const;
-  // Uploads a tensor the caller built (quantized expert planes), counted in stats().
-  Tensor upload(const TensorInfo& info) { return counted(info.name, backend_.upload(info)); }
-  // Marks `name` and its companions (X.weight_scale_inv, X.weight_scale, ... for X.weight) used.
-  void mark_used_family(const std::string& name);
 
-  const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape);
+  // ExpertUploadSink: quantized expert planes, native experts (weight() / stacked()), and
+  // mark_used() of `name` and its companions (X.weight_scale_inv, X.weight_scale, ... for X.weight).
+  Tensor upload_plane(const HostTensor& plane) override { return counted(plane.name, backend_.upload(plane)); }
+  Tensor dense(const std::string& name, const std::vector<int64_t>& shape) override { return weight(name, shape); }
+  Tensor dense_stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) override {
+    return stacked(a, b, shape_each);
+  }
+  void mark_used(const std::string& name) override;
+
+  const HostTensor& info(const std::string& name, const std::vector<int64_t>& shape);
   bool has(const std::string& name) const;
   Tensor weight(const std::string& name, const std::vector<int64_t>& shape);
   Tensor weight_f32(const std::string& name, const std::vector<int64_t>& shape);
@@ -67,26 +70,26 @@ class WeightLoader {
  private:
   // An FP8-block weight in host memory: its codes (checkpoint mapping or invented) and F32 scales.
   struct Fp8Host {
-    const TensorInfo* codes;
+    const HostTensor* codes;
     std::vector<float> scales;
   };
 
   WeightLoader(Backend& backend, uint64_t seed, bool fp8_dense)
       : checkpoint_(nullptr), backend_(backend), rng_(seed), fp8_dense_(fp8_dense) {}
-  const TensorInfo& invent(const std::string& name, const std::vector<int64_t>& shape);
+  const HostTensor& invent(const std::string& name, const std::vector<int64_t>& shape);
   // Invented values of `name` (see invent()) stored through encode(float) -> T, kept alive.
   template <typename T, typename Encode>
-  const TensorInfo& invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype, Encode encode);
+  const HostTensor& invent_as(const std::string& name, const std::vector<int64_t>& shape, DType dtype, Encode encode);
   // Whether `name` is FP8 with 128x128 block scales (invented so under fp8_dense).
   bool keeps_fp8(const std::string& name) const;
   Fp8Host fp8_host(const std::string& name, const std::vector<int64_t>& shape);
   // Uploads FP8 codes already in backend memory (a U8 plane) with their scales.
   Tensor fp8_upload(const std::string& name, Tensor codes, const std::vector<float>& scales);
   // Keeps `bytes` alive as the last of invented_ (the two newest stay) and returns its info.
-  const TensorInfo& keep(TensorInfo info, std::unique_ptr<uint8_t[]> bytes);
+  const HostTensor& keep(HostTensor info, std::unique_ptr<uint8_t[]> bytes);
   Tensor counted(const std::string& name, Tensor tensor);
   // A quantized checkpoint tensor decoded exactly to F32 (kept alive like invented ones).
-  const TensorInfo& decoded(const std::string& name, const std::vector<int64_t>& shape);
+  const HostTensor& decoded(const std::string& name, const std::vector<int64_t>& shape);
 
   const Checkpoint* checkpoint_;  // null for random weights
   Backend& backend_;
@@ -94,9 +97,8 @@ class WeightLoader {
   LoadStats stats_;
   std::mt19937_64 rng_;
   bool fp8_dense_ = false;  // random loaders only
-  std::deque<std::pair<TensorInfo, std::unique_ptr<uint8_t[]>>> invented_;  // the last two, kept alive
+  std::deque<std::pair<HostTensor, std::unique_ptr<uint8_t[]>>> invented_;  // the last two, kept alive
   std::unique_ptr<ThreadPool> pool_;  // invents on every core; made on first use
-  std::unique_ptr<ExpertLoader> experts_;
 };
 
 }  // namespace moet

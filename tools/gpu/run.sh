@@ -67,7 +67,7 @@ else
     --layers 94 --profile --json-out "$OUT_DIR/e2e_qwen3_235b.json"
   step e2e_deepseek_v3 "$MOET" bench --device cuda --config bench/configs/DeepSeek-V3.config.json \
     --layers 5 --profile --json-out "$OUT_DIR/e2e_deepseek_v3.json"
-  # Eight sequences decoded together (the few-row products on the tensor cores, docs/gpu.md Run 17).
+  # Eight sequences decoded together (the few-row products on the tensor cores, docs/gpu-history.md Run 17).
   for model in Qwen3-235B-A22B:94 DeepSeek-V3:5; do
     name=$(echo "${model%%:*}" | tr 'A-Z.-' 'a-z__' | sed 's/_a22b//')
     step e2e_${name}_batch8 "$MOET" bench --device cuda --config "bench/configs/${model%%:*}.config.json" \

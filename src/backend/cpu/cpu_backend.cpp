@@ -1,10 +1,16 @@
 // CPU implementation of the Backend ops (see backend.h and cpu_backend.h).
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/bench_ops.h"
+
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fp8_matmul.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cpu/top_logits.h"
 #include "kernels/cpu/w2_matmul.h"
 
@@ -29,12 +35,14 @@ Tensor host_tensor(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public BenchOps {
  public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
-  std::string name() const override { return fmt::format("cpu ({} threads)", pool_.size()); }
+  explicit CpuBackend(const CpuBackendOptions& options) : pool_(options.threads), isa_(options.isa) {}
+  std::string name() const override {
+    return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), cpu_isa_name(isa_));
+  }
 
-  Tensor upload(const TensorInfo& info) override {
+  Tensor upload(const HostTensor& info) override {
     if (info.dtype == DType::bf16 || info.dtype == DType::f32 || info.dtype == DType::u8) {
       Tensor t = host_tensor(info.dtype, info.shape);
       std::memcpy(t.data, info.data, info.bytes);
@@ -43,7 +51,7 @@ class CpuBackend final : public Backend {
     return upload_f32(info);
   }
 
-  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override {
+  Tensor upload_stacked(const HostTensor& a, const HostTensor& b) override {
     MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 &&
                    a.shape[1] == b.shape[1],
                "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
@@ -60,7 +68,7 @@ class CpuBackend final : public Backend {
     return t;
   }
 
-  Tensor upload_f32(const TensorInfo& info) override {
+  Tensor upload_f32(const HostTensor& info) override {
     Tensor t = host_tensor(DType::f32, info.shape);
     float* out = t.as<float>();
     const int64_t n = info.numel();
@@ -101,7 +109,7 @@ class CpuBackend final : public Backend {
 
   void to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.bytes()); }
   void from_host(const void* src, Tensor& dst) override { std::memcpy(dst.data, src, dst.bytes()); }
-  ExpertSet expert_set(std::vector<ExpertWeights> experts) override { return {std::move(experts), {}}; }
+  ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) override;
   double copy_bandwidth(size_t bytes) override;
 
   void begin_step(const StepInputs& step) override { step_ = step; }
@@ -141,14 +149,14 @@ class CpuBackend final : public Backend {
     const OpScope scope(*this, [&] { return fmt::format("matmul[n={},k={}]", n, k); });
     const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
     if (w.dtype == DType::bf16) {
-      matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_);
+      matmul_bf16(x.as<float>(), rows, k, w.as<uint16_t>(), n, b, y.as<float>(), pool_, isa_);
     } else if (w.dtype == DType::f8_e4m3) {
       MOET_CHECK(w.block_scales && w.block_scales->shape == fp8_block_scale_shape(n, k),
                  "matmul: FP8 weight [{}, {}] without its block scales", n, k);
       matmul_fp8_block(x.as<float>(), rows, k, w.as<uint8_t>(), w.block_scales->as<float>(), n, b, y.as<float>(),
-                       pool_);
+                       pool_, isa_);
     } else {
-      matmul_f32(x.as<float>(), rows, k, w.as<float>(), n, b, y.as<float>(), pool_);
+      matmul_f32(x.as<float>(), rows, k, w.as<float>(), n, b, y.as<float>(), pool_, isa_);
     }
   }
 
@@ -200,7 +208,7 @@ class CpuBackend final : public Backend {
     const OpScope scope(*this, [] { return std::string("attention"); });
     const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
     attention_paged(cache.view, rows, q.as<float>(), q.numel() / (q_heads * q_stride), q_heads,
-                    q_stride, scale, out.as<float>(), pool_);
+                    q_stride, scale, out.as<float>(), pool_, isa_);
   }
 
   void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override {
@@ -270,6 +278,7 @@ class CpuBackend final : public Backend {
   void expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales, Tensor& y);
 
   ThreadPool pool_;
+  CpuIsa isa_;
   StepInputs step_;
   bool profiling_ = false;
   int depth_ = 0;
@@ -290,11 +299,16 @@ double CpuBackend::copy_bandwidth(size_t bytes) {
   return best;
 }
 
+ExpertSet CpuBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) {
+  const DType dense_dtype = expert_set_check(layout, experts);
+  return {layout, dense_dtype, std::move(experts), {}};
+}
+
 void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales,
                                Tensor& y) {
   if (format == ExpertFormat::dense) return matmul(x, w, nullptr, y);
   auto run = format == ExpertFormat::w2 ? matmul_w2 : matmul_fp4;
-  run(x.as<float>(), x.rows(), x.cols(), w.as<uint8_t>(), scales.as<uint8_t>(), w.dim(0), y.as<float>(), pool_);
+  run(x.as<float>(), x.rows(), x.cols(), w.as<uint8_t>(), scales.as<uint8_t>(), w.dim(0), y.as<float>(), pool_, isa_);
 }
 
 void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids,
@@ -302,8 +316,12 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
   const OpScope scope(*this, [] { return std::string("moe_experts"); });
   const std::vector<ExpertWeights>& experts = set.experts;
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
-  std::vector<std::vector<int64_t>> routed(experts.size());  // flat (row * top_k + slot) per expert
-  for (int64_t i = 0; i < rows * top_k; ++i) routed[size_t(expert_ids.as<int32_t>()[i])].push_back(i);
+  // Flat items (row * top_k + slot) per expert; ids outside the layer and absent experts run nothing.
+  std::vector<std::vector<int64_t>> routed(experts.size());
+  for (int64_t i = 0; i < rows * top_k; ++i) {
+    const int32_t e = expert_ids.as<int32_t>()[i];
+    if (e >= 0 && size_t(e) < experts.size() && experts[size_t(e)].present()) routed[size_t(e)].push_back(i);
+  }
   std::memset(out.data, 0, out.bytes());
   for (size_t e = 0; e < experts.size(); ++e) {
     const auto& items = routed[e];
@@ -348,6 +366,8 @@ void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, c
 
 }  // namespace
 
-std::unique_ptr<Backend> cpu_backend_create(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> cpu_backend_create(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
 
 }  // namespace moet

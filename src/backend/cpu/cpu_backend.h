@@ -1,14 +1,20 @@
 // The CPU backend: host memory, a thread pool (threads = cores by default), and the ops of
-// backend.h implemented with kernels/cpu (AVX2 where available, scalar otherwise).
+// backend.h implemented with kernels/cpu, on the code path `isa` names (AVX2 where the CPU has
+// it unless told otherwise; core/cpu_isa.h). It implements BenchOps too (bench_ops.h).
 #pragma once
 
 #include "backend/backend.h"
-#include "core/thread_pool.h"
+#include "core/cpu_isa.h"
 
 #include <memory>
 
 namespace moet {
 
-std::unique_ptr<Backend> cpu_backend_create(int threads);
+struct CpuBackendOptions {
+  int threads = 0;  // 0: one per core
+  CpuIsa isa = cpu_isa_best();
+};
+
+std::unique_ptr<Backend> cpu_backend_create(const CpuBackendOptions& options);
 
 }  // namespace moet

@@ -20,7 +20,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -43,15 +42,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for
   staging_[1].reserve(kStagingBytes);
   attention_counters_ = device_tensor(DType::i32, {kAttentionMaxSplitUnits});
   cuda_check(cudaMemsetAsync(attention_counters_.data, 0, attention_counters_.bytes(), stream_), "cudaMemset");
-  const char* sync = std::getenv("MOET_CUDA_SYNC");
-  debug_sync_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+  debug_sync_ = options.sync_every_op;
   graphs_enabled_ = options.graphs;
-  gemm_min_rows_ = options.gemm_min_rows;
-  if (const char* rows = std::getenv("MOET_CUDA_GEMM_MIN_ROWS")) gemm_min_rows_ = std::max(0, std::atoi(rows));
-  if (const char* max = std::getenv("MOET_CUDA_GRAPHS_MAX")) max_graphs_ = std::max(1, std::atoi(max));
+  gemm_min_rows_ = std::max<int64_t>(0, options.gemm_min_rows);
+  max_graphs_ = std::max<int64_t>(1, options.max_graphs);
   memory_.set_pressure_handler([this] { clear_graphs(); });
-  const char* profile = std::getenv("MOET_CUDA_PROFILE");
-  set_profiling(profile != nullptr && std::strcmp(profile, "0") != 0);
+  set_profiling(options.profile);
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
   name_ = fmt::format("cuda ({}, sm_{}{}, budget {:.1f} GiB)", prop.name, prop.major, prop.minor,
@@ -68,14 +64,14 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
-Tensor CudaBackend::upload(const TensorInfo& info) {
+Tensor CudaBackend::upload(const HostTensor& info) {
   if (info.dtype != DType::bf16 && info.dtype != DType::f32 && info.dtype != DType::u8) return upload_f32(info);
   Tensor t = device_tensor(info.dtype, info.shape);
   copy_to_device(t.data, info.data, info.bytes);
   return t;
 }
 
-Tensor CudaBackend::upload_stacked(const TensorInfo& a, const TensorInfo& b) {
+Tensor CudaBackend::upload_stacked(const HostTensor& a, const HostTensor& b) {
   MOET_CHECK(a.dtype == b.dtype && a.shape.size() == 2 && b.shape.size() == 2 && a.shape[1] == b.shape[1],
              "cannot stack '{}' {} and '{}' {}", a.name, a.shape_text(), b.name, b.shape_text());
   if (a.dtype != DType::bf16 && a.dtype != DType::f32 && a.dtype != DType::u8) {
@@ -91,7 +87,7 @@ Tensor CudaBackend::upload_stacked(const TensorInfo& a, const TensorInfo& b) {
   return t;
 }
 
-Tensor CudaBackend::upload_f32(const TensorInfo& info) {
+Tensor CudaBackend::upload_f32(const HostTensor& info) {
   const std::vector<float> values = widen(info);
   Tensor t = device_tensor(DType::f32, info.shape);
   copy_to_device(t.data, values.data(), values.size() * sizeof(float));
@@ -131,32 +127,19 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
   }
 }
 
-ExpertSet CudaBackend::expert_set(std::vector<ExpertWeights> experts) {
-  MOET_CHECK(!experts.empty(), "an MoE layer needs experts");
-  // W2 planes are replaced by their tiles below, so compare against the first expert's originals.
-  const ExpertFormat format = experts.front().format;
-  const DType dtype = experts.front().gate_up.dtype;
-  const std::vector<int64_t> gate_up_shape = experts.front().gate_up.shape, down_shape = experts.front().down.shape;
+ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) {
+  const DType dense_dtype = expert_set_check(layout, experts);
   std::vector<ExpertPointers> pointers;
   Tensor bad_scale;
   for (ExpertWeights& e : experts) {
-    MOET_CHECK(e.format == format && e.gate_up.dtype == dtype && e.down.dtype == dtype &&
-                   e.gate_up.shape == gate_up_shape && e.down.shape == down_shape,
-               "the experts of one layer must share format, dtype and shapes");
+    if (!e.present()) {  // the kernels drop items routed here (moe_group.cuh)
+      pointers.push_back({nullptr, nullptr, nullptr, nullptr});
+      continue;
+    }
     if (e.format == ExpertFormat::dense) {
       pointers.push_back({e.gate_up.data, e.down.data, nullptr, nullptr});
       continue;
     }
-    // Block formats: U8 codes [rows, cols * bits / 8] and UE8M0 scales [rows, cols / 32].
-    const int64_t bits = e.format == ExpertFormat::w2 ? 2 : 4;
-    const int64_t hidden = e.gate_up.dim(1) * 8 / bits, inner = e.down.dim(1) * 8 / bits;
-    MOET_CHECK(e.gate_up.dtype == DType::u8 && e.gate_up_scales.dtype == DType::u8 &&
-                   e.down_scales.dtype == DType::u8 && e.gate_up.dim(0) == 2 * inner &&
-                   e.down.dim(0) == hidden && hidden % 32 == 0 && inner % 32 == 0 &&
-                   e.gate_up_scales.numel() == 2 * inner * (hidden / 32) &&
-                   e.down_scales.numel() == hidden * (inner / 32),
-               "malformed {} expert planes: gate_up [{}, {}] down [{}, {}]", bits == 2 ? "W2" : "FP4",
-               e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1));
     MOET_CHECK(aligned(e.gate_up.data, 16) && aligned(e.down.data, 16),
                "expert code planes must be 16-byte aligned");
     if (e.format == ExpertFormat::w2) {
@@ -175,7 +158,8 @@ ExpertSet CudaBackend::expert_set(std::vector<ExpertWeights> experts) {
     to_host(bad_scale, &bad);
     MOET_CHECK(bad == 0, "a W2 expert has a block scale >= 2^126, beyond what the CUDA kernels take");
   }
-  ExpertSet set{std::move(experts), device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
+  ExpertSet set{layout, dense_dtype, std::move(experts),
+                device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
   copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
   return set;
 }
@@ -239,7 +223,7 @@ size_t CudaBackend::budget_for(const CudaBackendOptions& options) {
   return size_t(options.memory_utilization * double(total));
 }
 
-std::vector<float> CudaBackend::widen(const TensorInfo& info) {
+std::vector<float> CudaBackend::widen(const HostTensor& info) {
   std::vector<float> out(size_t(info.numel()));
   const auto* half = reinterpret_cast<const uint16_t*>(info.data);
   switch (info.dtype) {

@@ -15,8 +15,11 @@ struct CudaBackendOptions {
   double memory_limit_gib = 0.0;    // > 0: an absolute cap instead (a large card standing in for a small one)
   bool graphs = true;               // capture/replay run_graph() forwards as CUDA graphs (--cuda-graphs)
   // Products of at least this many rows with BF16 or FP8-block weights run on the tensor cores (cuBLASLt);
-  // 0: never. MOET_CUDA_GEMM_MIN_ROWS overrides it.
+  // 0: never.
   int64_t gemm_min_rows = 16;
+  int64_t max_graphs = 32;          // captured graphs kept (least recently used dropped first)
+  bool sync_every_op = false;       // synchronise and check after every op (debugging a faulting kernel)
+  bool profile = false;             // the per-op profile on from the start (BenchOps::set_profiling)
 };
 
 // Throws moet::Error when no usable GPU is present.

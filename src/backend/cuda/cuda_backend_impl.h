@@ -5,11 +5,11 @@
 // memory budget (device_memory.h); host copies go through pinned staging buffers (two for uploads,
 // so the memcpy into one overlaps the DMA out of the other); the per-step inputs are packed into
 // one pinned buffer and uploaded in one copy by begin_step(). Nothing synchronises with the host
-// except to_host(), the copy bandwidth measurement and memory-budget releases. Set
-// MOET_CUDA_SYNC=1 to synchronise and check after every op (locates a faulting kernel).
-// run_graph() captures a forward in a CUDA graph per key + step layout (its memory in a private
-// pool of the allocator that the graph keeps) and replays it; MOET_CUDA_GRAPHS_MAX caps how many
-// graphs are kept (least recently used dropped first). MOET_CUDA_PROFILE=1 (or set_profiling)
+// except to_host(), the copy bandwidth measurement and memory-budget releases. With
+// CudaBackendOptions::sync_every_op it synchronises and checks after every op (locates a faulting
+// kernel). run_graph() captures a forward in a CUDA graph per key + step layout (its memory in a
+// private pool of the allocator that the graph keeps) and replays it; options.max_graphs caps how
+// many graphs are kept (least recently used dropped first). options.profile (or set_profiling)
 // times every op of eager steps with CUDA events, each op held behind a gate kernel until it is
 // fully enqueued so the events measure GPU time, not launch latency (kernels/cuda/profile_gate.h).
 // The methods live in cuda_backend.cpp (construction, memory, uploads and transfers, expert sets,
@@ -17,6 +17,7 @@
 // and cuda_backend_ops.cpp (the ops).
 #pragma once
 
+#include "backend/bench_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_gemm.h"
@@ -40,7 +41,7 @@
 
 namespace moet {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public BenchOps {
  public:
   // cuda_backend.cpp
   explicit CudaBackend(const CudaBackendOptions& options);
@@ -48,15 +49,15 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return name_; }
 
-  Tensor upload(const TensorInfo& info) override;
-  Tensor upload_stacked(const TensorInfo& a, const TensorInfo& b) override;
-  Tensor upload_f32(const TensorInfo& info) override;
+  Tensor upload(const HostTensor& info) override;
+  Tensor upload_stacked(const HostTensor& a, const HostTensor& b) override;
+  Tensor upload_f32(const HostTensor& info) override;
   Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override;
   KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim, int64_t v_dim,
                         bool v_aliases_k) override;
   void to_host(const Tensor& src, void* dst) override;
   void from_host(const void* src, Tensor& dst) override { copy_to_device(dst.data, src, dst.bytes()); }
-  ExpertSet expert_set(std::vector<ExpertWeights> experts) override;
+  ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) override;
   double copy_bandwidth(size_t bytes) override;
   void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override;
 
@@ -103,7 +104,7 @@ class CudaBackend final : public Backend {
   // cuda_backend.cpp
   static size_t budget_for(const CudaBackendOptions& options);
   void tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale);
-  static std::vector<float> widen(const TensorInfo& info);
+  static std::vector<float> widen(const HostTensor& info);
   Tensor device_tensor(DType dtype, std::vector<int64_t> shape);
   void copy_to_device(void* dst, const void* src, size_t bytes);
   static bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }

@@ -15,6 +15,7 @@
 #include "kernels/cuda/head_norm_rope.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_w2.h"
+#include "kernels/cuda/w2_tiles.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
@@ -252,17 +253,17 @@ void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& ex
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
-  const ExpertWeights& first = set.experts.front();
-  const int64_t experts = int64_t(set.experts.size()), inner = first.inner();
-  const bool w2 = first.format == ExpertFormat::w2;
-  MOET_CHECK(first.format == ExpertFormat::dense || hidden == first.down.dim(0),
-             "moe_experts: x has {} columns, the experts {}", hidden, first.down.dim(0));
+  const ExpertLayout& layout = set.layout;
+  const int64_t experts = int64_t(set.experts.size()), inner = layout.inner;
+  const bool w2 = layout.format == ExpertFormat::w2;
+  MOET_CHECK(hidden == layout.hidden, "moe_experts: x has {} columns, the experts {}", hidden, layout.hidden);
   const int64_t items = rows * top_k;
   Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
   Tensor ranges = alloc({experts + 1}, DType::i32), count = alloc({2}, DType::i32);
   Tensor item_out = alloc({items, hidden});
   // W2 keeps act in its split form (moe_w2.h); the other formats use FP32 act.
-  const int64_t hidden_padded = w2 ? first.gate_up.dim(1) * 4 : 0, inner_padded = w2 ? first.down.dim(1) * 4 : 0;
+  const int64_t hidden_padded = w2 ? w2_tile_shape(2 * inner, hidden).chunks * kW2ChunkCols : 0;
+  const int64_t inner_padded = w2 ? w2_tile_shape(hidden, inner).chunks * kW2ChunkCols : 0;
   Tensor act = w2 ? Tensor{} : alloc({items, inner});
   Tensor x_split = w2 ? alloc({rows, 3 * hidden_padded / 2}) : Tensor{};      // BF16 pairs in F32 slots
   Tensor act_split = w2 ? alloc({items, 3 * inner_padded / 2}) : Tensor{};
@@ -272,8 +273,8 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
   Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(set.table.data),
-                     first.format == ExpertFormat::dense && is_bf16(first.gate_up),
-                     w2 ? kMoeW2 : first.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     layout.format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
+                     w2 ? kMoeW2 : layout.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
                      out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),

@@ -24,7 +24,7 @@ void kv_cache_write(const PagedKv& cache, const float* k_src, const float* v_src
 
 void attention_paged(const PagedKv& cache, const AttentionRows& info, const float* q,
                      int64_t rows, int64_t q_heads, int64_t q_stride, float scale, float* out,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, CpuIsa isa) {
   const int64_t group = q_heads / cache.kv_heads;
   pool.parallel_for(size_t(rows * q_heads), [&](size_t begin, size_t end) {
     std::vector<float> scores;
@@ -40,7 +40,7 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       for (int64_t j = 0; j < keys; ++j) {
         const int64_t slot = int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
         const float* kj = cache.k + slot * cache.token_stride + kv_head * cache.k_dim;
-        scores[size_t(j)] = dot_f32(qh, kj, cache.k_dim) * scale;
+        scores[size_t(j)] = dot_f32(qh, kj, cache.k_dim, isa) * scale;
         max_score = std::max(max_score, scores[size_t(j)]);
       }
       float denom = 0.0f;
@@ -53,7 +53,7 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       for (int64_t j = 0; j < keys; ++j) {
         const int64_t slot = int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
         const float* vj = cache.v + slot * cache.token_stride + kv_head * cache.v_dim;
-        axpy_f32(scores[size_t(j)] / denom, vj, oh, cache.v_dim);
+        axpy_f32(scores[size_t(j)] / denom, vj, oh, cache.v_dim, isa);
       }
     }
   }, 1);

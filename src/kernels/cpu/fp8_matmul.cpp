@@ -46,14 +46,14 @@ void fp8_block_split_bf16(const uint8_t* codes, const float* scales, int64_t k, 
 }
 
 void matmul_fp8_block(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const float* scales,
-                      int64_t n, const float* bias, float* y, ThreadPool& pool) {
+                      int64_t n, const float* bias, float* y, ThreadPool& pool, CpuIsa isa) {
   const size_t grain = size_t(std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * rows)));
   pool.parallel_for(size_t(n), [&](size_t begin, size_t end) {
     std::vector<float> w(static_cast<size_t>(k));
     for (size_t col = begin; col < end; ++col) {
       fp8_block_decode_row(codes, scales, int64_t(col), k, w.data());
       const float b = bias ? bias[col] : 0.0f;
-      for (int64_t t = 0; t < rows; ++t) y[t * n + int64_t(col)] = dot_f32(x + t * k, w.data(), k) + b;
+      for (int64_t t = 0; t < rows; ++t) y[t * n + int64_t(col)] = dot_f32(x + t * k, w.data(), k, isa) + b;
     }
   }, grain);
 }

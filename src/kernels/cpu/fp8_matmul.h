@@ -7,13 +7,14 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "core/cpu_isa.h"
 
 #include <cstdint>
 
 namespace moet {
 
 void matmul_fp8_block(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const float* scales,
-                      int64_t n, const float* bias, float* y, ThreadPool& pool);
+                      int64_t n, const float* bias, float* y, ThreadPool& pool, CpuIsa isa);
 
 // Row `row` of an FP8-block weight [n, k] (codes of the whole matrix, its scales) as F32 into out[0, k).
 void fp8_block_decode_row(const uint8_t* codes, const float* scales, int64_t row, int64_t k, float* out);

@@ -6,20 +6,21 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "core/cpu_isa.h"
 
 #include <cstdint>
 
 namespace moet {
 
 void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n,
-                 const float* bias, float* y, ThreadPool& pool);
+                 const float* bias, float* y, ThreadPool& pool, CpuIsa isa);
 void matmul_f32(const float* x, int64_t rows, int64_t k, const float* w, int64_t n,
-                const float* bias, float* y, ThreadPool& pool);
+                const float* bias, float* y, ThreadPool& pool, CpuIsa isa);
 
 // Single dot products and y += a * x, exposed for the kernels built on them (and their tests).
-float dot_bf16(const float* x, const uint16_t* w, int64_t k);
-float dot_f32(const float* x, const float* w, int64_t k);
-void axpy_f32(float a, const float* x, float* y, int64_t n);
+float dot_bf16(const float* x, const uint16_t* w, int64_t k, CpuIsa isa);
+float dot_f32(const float* x, const float* w, int64_t k, CpuIsa isa);
+void axpy_f32(float a, const float* x, float* y, int64_t n, CpuIsa isa);
 
 namespace avx2 {
 float dot_bf16(const float* x, const uint16_t* w, int64_t k);

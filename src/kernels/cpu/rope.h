@@ -1,21 +1,16 @@
-// Rotary position embedding, applied in place. A RopeTable holds the per-pair inverse frequencies
-// and the cos/sin scale (models/rope_table.h builds it from the config); rope_apply() rotates the first `rot_dim` values of each head in place, either as halves
+// Rotary position embedding, applied in place. A RopeTable (core/op_params.h; models/rope_table.h
+// builds it from the config) holds the per-pair inverse frequencies and the cos/sin scale;
+// rope_apply() rotates the first `rot_dim` values of each head in place, either as halves
 // (x[i], x[i + rot_dim/2]) (NeoX/Llama) or, for DeepSeek MLA, as interleaved pairs whose output
 // is de-interleaved: out = [x0*c - x1*s, x2*c - x3*s, ..., x1*c + x0*s, x3*c + x2*s, ...].
 #pragma once
 
+#include "core/op_params.h"
 #include "core/thread_pool.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace moet {
-
-struct RopeTable {
-  std::vector<float> inv_freq;  // rot_dim / 2 entries
-  float scale = 1.0f;           // multiplies cos and sin
-  bool interleaved = false;
-};
 
 // x: [rows, heads, row_stride] with heads `head_stride` floats apart; rotates x[..., offset :
 // offset + rot_dim] of every head of row t at position positions[t].

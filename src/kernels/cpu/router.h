@@ -6,20 +6,11 @@
 // Ties keep the lower expert index. Output experts are in descending order of choice score.
 #pragma once
 
+#include "core/op_params.h"
+
 #include <cstdint>
 
 namespace moet {
-
-struct RouterParams {
-  int64_t experts;
-  int64_t top_k;
-  bool sigmoid;               // false: softmax
-  bool normalize;             // renormalise the chosen weights to sum to 1
-  float scaling = 1.0f;       // routed_scaling_factor
-  int64_t groups = 1;
-  int64_t top_groups = 1;
-  const float* correction_bias = nullptr;  // [experts] or null
-};
 
 void router_topk(const RouterParams& params, const float* logits, int64_t rows,
                  int32_t* expert_ids, float* weights);

@@ -6,6 +6,8 @@
 // cost of a 152k-vocabulary draw (docs/design.md, "Sampling").
 #pragma once
 
+#include "core/cpu_isa.h"
+
 #include <cstdint>
 #include <cstring>
 
@@ -42,8 +44,9 @@ namespace moet {
 // weights[i] = exp_nonpositive((values[i] - max) * inverse_temperature) for i < n, where max is
 // at least every non-NaN value; returns their sum, taken in 8 interleaved partial sums (index i
 // into sum i % 8) that are then added in order. The AVX2 build runs the same operations (no
-// fused multiply-adds), so the result depends only on the inputs, not on the CPU.
-double softmax_weights(const float* values, int64_t n, float max, float inverse_temperature, float* weights);
+// fused multiply-adds), so the result depends only on the inputs, not on the CPU or `isa`.
+double softmax_weights(const float* values, int64_t n, float max, float inverse_temperature, float* weights,
+                       CpuIsa isa);
 
 // How many of weights[0, n) are >= threshold, compared exactly (as doubles), in a loop that
 // vectorises: the threshold is rounded up to the nearest float first.

@@ -3,7 +3,7 @@
 
 #include "formats/minifloat.h"
 #include "formats/mx_block.h"
-#include "kernels/cpu/cpu_features.h"
+#include "core/cpu_isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -53,24 +53,24 @@ float scalar::dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scale
   return dot_blocks<4>(x, codes, scales, k, [](uint8_t c) { return kFp4Levels[c]; });
 }
 
-float dot_w2(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k) {
-  return cpu_has_avx2() ? avx2::dot_w2(x, codes, scales, k) : scalar::dot_w2(x, codes, scales, k);
+float dot_w2(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
+  return isa == CpuIsa::avx2 ? avx2::dot_w2(x, codes, scales, k) : scalar::dot_w2(x, codes, scales, k);
 }
 
-float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k) {
-  return cpu_has_avx2() ? avx2::dot_fp4(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
+float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
+  return isa == CpuIsa::avx2 ? avx2::dot_fp4(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
 }
 
 void matmul_w2(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
-               int64_t n, float* y, ThreadPool& pool) {
-  matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool,
-                 [](const float* a, const uint8_t* c, const uint8_t* s, int64_t len) { return dot_w2(a, c, s, len); });
+               int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
+  matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
+                                                                     int64_t len) { return dot_w2(a, c, s, len, isa); });
 }
 
 void matmul_fp4(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
-                int64_t n, float* y, ThreadPool& pool) {
-  matmul_columns(x, rows, k, k / 2, codes, scales, n, y, pool,
-                 [](const float* a, const uint8_t* c, const uint8_t* s, int64_t len) { return dot_fp4(a, c, s, len); });
+                int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
+  matmul_columns(x, rows, k, k / 2, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
+                                                                     int64_t len) { return dot_fp4(a, c, s, len, isa); });
 }
 
 }  // namespace moet

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "core/cpu_isa.h"
 
 #include <bit>
 #include <cstdint>
@@ -15,13 +16,13 @@
 namespace moet {
 
 void matmul_w2(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
-               int64_t n, float* y, ThreadPool& pool);
+               int64_t n, float* y, ThreadPool& pool, CpuIsa isa);
 void matmul_fp4(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
-                int64_t n, float* y, ThreadPool& pool);
+                int64_t n, float* y, ThreadPool& pool, CpuIsa isa);
 
 // One row: codes and scales of a single weight row (K/4 or K/2 bytes, K/32 scales).
-float dot_w2(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k);
-float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k);
+float dot_w2(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa);
+float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa);
 
 // 2^(byte - 127) as float (byte 0 is the subnormal 2^-127).
 inline float ue8m0_to_float(uint8_t byte) {

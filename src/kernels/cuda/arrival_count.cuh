@@ -5,7 +5,7 @@
 // publishes every partial the group stored before the barrier (release is cumulative over what
 // the barrier ordered), and in the last arriver the acquire half makes every earlier group's
 // partials visible to its threads after a second barrier. This replaces a __threadfence() before
-// and after a relaxed atomicAdd (docs/gpu.md, Run 19: 1-2% of the W2 op at batch 1).
+// and after a relaxed atomicAdd (docs/gpu-history.md, Run 19: 1-2% of the W2 op at batch 1).
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,7 @@ constexpr size_t kSharedBudget = size_t(96) << 10;  // fits every target (sm_120
 constexpr int64_t kMaxLeafSplits = 32;              // split by leaf while a row has at most this many
 // Rows of fewer leaves run in one block per head group: for two leaves the split's partials and
 // combine cost more than the second leaf (H200: Qwen3-30B-A3B at contexts of 33-48 keys 2-4%
-// faster end to end; from 3 leaves up the split wins, docs/gpu.md Run 14).
+// faster end to end; from 3 leaves up the split wins, docs/gpu-history.md Run 14).
 constexpr int64_t kMinSplitLeaves = 3;
 constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // split scratch (256 MiB) above this: fused
 constexpr int kFoldAhead = 8;                            // partials the combining block loads at once

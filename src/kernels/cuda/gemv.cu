@@ -28,12 +28,12 @@ constexpr int kCols = 2;  // output columns per warp group
 constexpr int64_t kSliceAlign = 256;  // k per slice: a multiple of one warp-wide vector load
 // One-row launches of at most this many warps (about one wave on an H200: 132 SMs x 64) keep 2
 // loads in flight per lane, larger ones 4: fewer bytes requested at once made one-wave products
-// 5-7% faster, the LM head 6% slower (cuda_ops_bench, docs/gpu.md Run 10).
+// 5-7% faster, the LM head 6% slower (cuda_ops_bench, docs/gpu-history.md Run 10).
 constexpr int64_t kOneWaveWarps = 8192;
 // Blocks per SM the one-row kernels are compiled for on sm_90 (64 registers a thread, no spills):
 // FP8-block codes took 80-96 registers, 3 blocks per SM, so DeepSeek-V3's o_proj (448 blocks)
 // ran 396 blocks and then a second wave of 52; at 4 it is one wave and 65.8 -> 43.6 us, the other
-// FP8 products 13-31% faster, BF16 unchanged (cuda_ops_bench, docs/gpu.md Run 18). Other
+// FP8 products 13-31% faster, BF16 unchanged (cuda_ops_bench, docs/gpu-history.md Run 18). Other
 // architectures keep the compiler's choice: at 64 registers sm_80's FP8 decode (no e4m3x2
 // conversion instruction) spills up to 1.4 KB, and sm_120 is not measured.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900

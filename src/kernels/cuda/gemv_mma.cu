@@ -199,7 +199,7 @@ struct TileDot {
         W::pairs(lo[u], w[0]);
         W::pairs(hi[u], w[1]);
         // BF16 reads every A tile's activations and refills the stage before its MMAs (measured
-        // faster at 8 rows, docs/gpu.md Run 18); FP8, short of registers, one A tile at a time.
+        // faster at 8 rows, docs/gpu-history.md Run 18); FP8, short of registers, one A tile at a time.
         constexpr bool kAllAhead = !W::kScaled;
         float4 xv[kAllAhead ? MT : 1][2][kStepK / 16];
         const auto read = [&](int m, float4 (&into)[2][kStepK / 16]) {

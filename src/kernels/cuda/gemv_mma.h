@@ -5,7 +5,7 @@
 // registers as A fragments. gemv_launch gives it the parts of a launch with BF16 weights and
 // k % 32 == 0 or FP8-block ones (batch 1) and k % 64 == 0, at least kGemvMmaMinColumns columns
 // (n * batch) and at least kGemvMmaMinRows rows, on the vector path: measured on the H200
-// (docs/gpu.md, Run 17), one row and small matrices (K/V projections, routers) are faster on the
+// (docs/gpu-history.md, Run 17), one row and small matrices (K/V projections, routers) are faster on the
 // CUDA-core GEMV, 4 and 8 rows of the large ones here. Deterministic, and batch-invariant among
 // the row counts it takes (gemv_mma.cu says why); a row's bits differ between the two kernels.
 #pragma once

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 }
 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
-// named twice in a row counts once, its first slot). Warp 0 ranks the row's slots (a counted
+// named twice in a row counts once, its first slot; an invalid or absent one not at all). Warp 0 ranks the row's slots (a counted
 // slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
 // its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
 __global__ void moe_combine_kernel(MoeArgs a) {
@@ -99,7 +99,7 @@ __global__ void moe_combine_kernel(MoeArgs a) {
     for (int s = lane; s < top_k; s += 32) ids[s] = a.expert_ids[row * top_k + s];
     __syncwarp();
     for (int s = lane; s < top_k; s += 32) {
-      bool first = ids[s] >= 0 && ids[s] < a.experts;
+      bool first = moe_expert_runs(a, ids[s]);
       for (int t = 0; t < s && first; ++t) first = ids[t] != ids[s];
       counts[s] = first;
     }

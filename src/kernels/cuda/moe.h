@@ -11,7 +11,8 @@
 // activation split, act never leaving its split form).
 // Expert weights are found through `table` (device memory, expert -> {gate_up, down} pointers
 // and, for the block formats, their scale planes), read at run time, so a residency manager may
-// rewrite it between steps and captured graphs stay valid. Weights are BF16, F32, W2 or MXFP4
+// rewrite it between steps and captured graphs stay valid; a null gate_up marks an absent expert,
+// whose items are dropped in step 1 and skipped by the combine. Weights are BF16, F32, W2 or MXFP4
 // (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
 // scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
 // registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by

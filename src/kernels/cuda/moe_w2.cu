@@ -39,7 +39,7 @@ namespace moet::cuda {
 namespace {
 
 // Tuning of the product kernels. The MOET_W2_* macros exist so that variants can be built with
-// -D for measurement (docs/gpu.md, run 4); the defaults are the fastest measured on the H200:
+// -D for measurement (docs/gpu-history.md, Run 4); the defaults are the fastest measured on the H200:
 // 2 or 4 tiles per warp and 12 to 20 warps per SM were within 4% of each other at batch 1, and
 // deeper rings (4 or 8 units per warp) were slower, even with the decode removed.
 constexpr int kWarpsPerBlock = 4;

@@ -1,13 +1,17 @@
 // The CPU backend's fused ops are their parts run in order, bit for bit: add_rmsnorm is add then
 // rmsnorm, qk_norm_rope is rmsnorm per head (when the norm weights are given) then rope, for q
 // and k. The CPU backend is the reference the CUDA backend and the golden fixtures are held to,
-// so fusing must not move a bit. Also: the per-op profile names the fused ops.
+// so fusing must not move a bit. Also: the per-op profile names the fused ops, and an absent
+// expert (tiered residency) contributes exactly nothing to moe_experts.
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
+#include "backend/bench_ops.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -39,7 +43,7 @@ RopeTable rope_table(int64_t rot_dim, bool interleaved) {
 }
 
 TEST(CpuBackend, AddRmsNormIsAddThenRmsNorm) {
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   for (int64_t hidden : {96, 4096}) {
     for (int64_t rows : {1, 5}) {
       const auto residual_values = random_floats(size_t(rows * hidden), 1, 4.0f);
@@ -59,19 +63,20 @@ TEST(CpuBackend, AddRmsNormIsAddThenRmsNorm) {
 // read_regions folds every 32-bit word of every region by XOR (the benchmarks' read reference),
 // and refuses regions it cannot read whole 16 bytes at a time.
 TEST(CpuBackend, ReadRegionsXorsEveryWord) {
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   alignas(16) const uint32_t a[4] = {1, 2, 3, 4};
   alignas(16) const uint32_t b[8] = {4, 3, 2, 1, 8, 0, 0, 0x100};
   Tensor sink = backend->alloc({1}, DType::i32);
-  backend->read_regions({{a, 16}, {b, 32}, {b, 0}}, sink);
+  BenchOps& ops = bench_ops(*backend);
+  ops.read_regions({{a, 16}, {b, 32}, {b, 0}}, sink);
   EXPECT_EQ(0x108u, *sink.as<uint32_t>());
-  EXPECT_THROW(backend->read_regions({{a, 12}}, sink), Error);
-  EXPECT_THROW(backend->read_regions({{a + 1, 16}}, sink), Error);
-  EXPECT_THROW(backend->read_regions(std::vector<ByteRegion>(257, ByteRegion{a, 16}), sink), Error);
+  EXPECT_THROW(ops.read_regions({{a, 12}}, sink), Error);
+  EXPECT_THROW(ops.read_regions({{a + 1, 16}}, sink), Error);
+  EXPECT_THROW(ops.read_regions(std::vector<ByteRegion>(257, ByteRegion{a, 16}), sink), Error);
 }
 
 TEST(CpuBackend, QkNormRopeIsRmsNormThenRope) {
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   const std::vector<int32_t> tokens(3, 0), positions = {0, 4093, 131071}, row_seq(3, 0), table(1, 0);
   const std::vector<int64_t> slots = {0, 1, 2};
   const int32_t* tables[] = {table.data()};
@@ -104,7 +109,7 @@ TEST(CpuBackend, QkNormRopeIsRmsNormThenRope) {
 }
 
 TEST(CpuBackend, ProfileNamesTheFusedOps) {
-  auto backend = cpu_backend_create(1);
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
   const std::vector<int32_t> tokens = {0}, positions = {5}, row_seq = {0}, table = {0};
   const std::vector<int64_t> slots = {0};
   const int32_t* tables[] = {table.data()};
@@ -114,12 +119,89 @@ TEST(CpuBackend, ProfileNamesTheFusedOps) {
   const Tensor weight = tensor(*backend, random_floats(32, 9), {32});
   Tensor q = tensor(*backend, random_floats(32, 10), {1, 32}), k = tensor(*backend, random_floats(16, 11), {1, 16});
   const Tensor norm = tensor(*backend, random_floats(16, 12), {16});
-  backend->set_profiling(true);
+  bench_ops(*backend).set_profiling(true);
   backend->add_rmsnorm(residual, delta, weight, kEps, out);
   backend->qk_norm_rope(rope_table(16, false), q, 2, k, 1, 16, norm, norm, kEps);
   std::map<std::string, int64_t> calls;
-  for (const OpProfile& op : backend->take_profile()) calls[op.op] = op.calls;
+  for (const OpProfile& op : bench_ops(*backend).take_profile()) calls[op.op] = op.calls;
   EXPECT_EQ(calls, (std::map<std::string, int64_t>{{"add_rmsnorm[dim=32]", 1}, {"qk_norm_rope[dim=16]", 1}}));
+}
+
+// A layer of `count` experts of hidden x inner in `format` (dense F32 or W2 planes of random
+// codes and scales near 2^-4); `absent` experts have no tensors.
+ExpertSet expert_layer(Backend& backend, ExpertFormat format, int64_t count, int64_t hidden, int64_t inner,
+                       const std::vector<int64_t>& absent) {
+  std::vector<ExpertWeights> experts;
+  std::mt19937_64 rng(77);
+  const auto plane = [&](DType dtype, std::vector<int64_t> shape, bool scales) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint8_t> bytes(size_t(n) * dtype_size(dtype));
+    if (dtype == DType::f32) {
+      const auto values = random_floats(size_t(n), rng(), 0.2f);
+      std::memcpy(bytes.data(), values.data(), bytes.size());
+    } else {
+      for (auto& b : bytes) b = scales ? uint8_t(119 + rng() % 6) : uint8_t(rng());
+    }
+    return backend.upload(HostTensor{"expert", dtype, std::move(shape), bytes.data(), bytes.size(), "(test)"});
+  };
+  for (int64_t e = 0; e < count; ++e) {
+    ExpertWeights w;
+    w.format = format;
+    if (format == ExpertFormat::dense) {
+      w.gate_up = plane(DType::f32, {2 * inner, hidden}, false);
+      w.down = plane(DType::f32, {hidden, inner}, false);
+    } else {
+      w.gate_up = plane(DType::u8, {2 * inner, hidden / 4}, false);
+      w.gate_up_scales = plane(DType::u8, {2 * inner, hidden / 32}, true);
+      w.down = plane(DType::u8, {hidden, inner / 4}, false);
+      w.down_scales = plane(DType::u8, {hidden, inner / 32}, true);
+    }
+    if (std::count(absent.begin(), absent.end(), e)) w = ExpertWeights{};
+    experts.push_back(std::move(w));
+  }
+  return backend.expert_set({format, hidden, inner}, std::move(experts));
+}
+
+// Rows routed to an absent expert get exactly what they get when the router names no expert in
+// that slot (an id of -1), for dense and W2 experts: the absent expert adds nothing, bit for bit.
+TEST(CpuBackend, AbsentExpertsContributeNothing) {
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
+  const int64_t rows = 6, hidden = 64, inner = 32, count = 6, top_k = 3;
+  const std::vector<int64_t> absent = {1, 4};
+  std::vector<int32_t> ids(size_t(rows * top_k)), dropped;
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 5 + i / 3) % count);
+  for (int32_t id : ids) dropped.push_back(std::count(absent.begin(), absent.end(), id) ? -1 : id);
+  ASSERT_NE(ids, dropped);
+  const Tensor x = tensor(*backend, random_floats(size_t(rows * hidden), 21), {rows, hidden});
+  const Tensor weights = tensor(*backend, random_floats(size_t(rows * top_k), 22), {rows, top_k});
+  const auto int_tensor = [&](const std::vector<int32_t>& values) {
+    Tensor t = backend->alloc({rows, top_k}, DType::i32);
+    backend->from_host(values.data(), t);
+    return t;
+  };
+  for (const ExpertFormat format : {ExpertFormat::dense, ExpertFormat::w2}) {
+    const ExpertSet full = expert_layer(*backend, format, count, hidden, inner, {});
+    const ExpertSet partial = expert_layer(*backend, format, count, hidden, inner, absent);
+    EXPECT_FALSE(partial.experts[1].present());
+    EXPECT_TRUE(partial.experts[2].present());
+    Tensor with_absent = backend->alloc({rows, hidden}), unrouted = backend->alloc({rows, hidden});
+    Tensor resident = backend->alloc({rows, hidden});
+    backend->moe_experts(x, partial, int_tensor(ids), weights, with_absent);
+    backend->moe_experts(x, full, int_tensor(dropped), weights, unrouted);
+    backend->moe_experts(x, full, int_tensor(ids), weights, resident);
+    EXPECT_TRUE(same_bits(with_absent, unrouted)) << int(format);
+    EXPECT_FALSE(same_bits(with_absent, resident)) << int(format);
+  }
+}
+
+// expert_set() refuses a present expert whose shapes are not the layout's.
+TEST(CpuBackend, ExpertSetChecksTheLayout) {
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
+  ExpertSet good = expert_layer(*backend, ExpertFormat::w2, 2, 64, 32, {});
+  EXPECT_THROW(backend->expert_set({ExpertFormat::w2, 64, 64}, good.experts), Error);
+  EXPECT_THROW(backend->expert_set({ExpertFormat::fp4, 64, 32}, good.experts), Error);
+  EXPECT_NO_THROW(backend->expert_set({ExpertFormat::w2, 64, 32}, {ExpertWeights{}, good.experts[1]}));
 }
 
 }  // namespace

@@ -96,13 +96,13 @@ std::vector<std::string> profiled(Backend& gpu, Op&& op) {
   const int32_t zero = 0, table[1] = {0};
   const int32_t* tables[1] = {table};
   const int64_t slot = 0;
-  gpu.set_profiling(true);
+  bench_ops(gpu).set_profiling(true);
   gpu.begin_step({1, &zero, &zero, &zero, &slot, 1, tables, 16, 0});
   op();
   std::vector<std::string> names;
-  for (const OpProfile& o : gpu.take_profile())
+  for (const OpProfile& o : bench_ops(gpu).take_profile())
     if (o.op != "step_upload") names.push_back(o.op);
-  gpu.set_profiling(false);
+  bench_ops(gpu).set_profiling(false);
   return names;
 }
 

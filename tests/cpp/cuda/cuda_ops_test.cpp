@@ -34,8 +34,8 @@ TEST(CudaOps, ReadRegionsMatchesCpu) {
   cpu_regions.insert(cpu_regions.begin() + 1, {parts[0].first.data, 0});
   gpu_regions.insert(gpu_regions.begin() + 1, {parts[0].second.data, 0});
   auto sink = p.alloc({1}, DType::i32);
-  p.cpu->read_regions(cpu_regions, sink.first);
-  p.gpu->read_regions(gpu_regions, sink.second);
+  bench_ops(*p.cpu).read_regions(cpu_regions, sink.first);
+  bench_ops(*p.gpu).read_regions(gpu_regions, sink.second);
   const auto gpu = host<uint32_t>(*p.gpu, sink.second);
   EXPECT_EQ(*sink.first.as<uint32_t>(), gpu[0]);
   EXPECT_NE(0u, gpu[0]);
@@ -366,7 +366,7 @@ TEST(CudaOps, AttentionRowDoesNotDependOnTheStep) {
 void check_prefill_rows(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla,
                         const std::string& kernel) {
   BackendPair p;
-  p.gpu->set_profiling(true);
+  bench_ops(*p.gpu).set_profiling(true);
   const int64_t block_size = 16, blocks = 24;
   const std::vector<int64_t> lengths = {300, 13, 1};
   KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
@@ -512,7 +512,8 @@ void check_moe(int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, in
     cpu_experts.push_back({g.first, d.first});
     gpu_experts.push_back({g.second, d.second});
   }
-  const ExpertSet cpu_set = p.cpu->expert_set(cpu_experts), gpu_set = p.gpu->expert_set(gpu_experts);
+  const ExpertLayout layout{ExpertFormat::dense, hidden, inner};
+  const ExpertSet cpu_set = p.cpu->expert_set(layout, cpu_experts), gpu_set = p.gpu->expert_set(layout, gpu_experts);
   const auto in = p.moe_inputs(rows, experts, top_k, hidden, static_cast<uint64_t>(rows));
   auto out = p.alloc({rows, hidden});
   p.cpu->moe_experts(in.x.first, cpu_set, in.ids.first, in.weights.first, out.first);

@@ -7,6 +7,7 @@
 #include "gpu_test_util.h"
 
 #include "engine/generator.h"
+#include "engine/step_runner.h"
 #include "io/checkpoint.h"
 
 #include <nlohmann/json.hpp>
@@ -82,25 +83,21 @@ TEST_P(CudaFixture, DecodeStepTwiceIsBitIdentical) {
   auto model = model_load(checkpoint, *gpu, nullptr, load_options(c.mode));
   const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
   const int64_t block_size = 4, len = int64_t(prompt.size()) + 1;
-  KvCache cache = model->create_kv_cache((len + block_size - 1) / block_size, block_size);
-  std::vector<int32_t> table;
-  for (int64_t b = 0; b < cache.blocks; ++b) table.push_back(int32_t(cache.blocks - 1 - b));  // reversed
-  auto batch_of = [&](int64_t begin, int64_t end, int32_t next) {
-    ForwardBatch batch;
-    for (int64_t pos = begin; pos < end; ++pos) {
-      batch.tokens.push_back(pos < int64_t(prompt.size()) ? prompt[size_t(pos)] : next);
-      batch.positions.push_back(int32_t(pos));
-      batch.row_seq.push_back(0);
-      batch.slots.push_back(int64_t(table[size_t(pos / block_size)]) * block_size + pos % block_size);
-    }
-    batch.block_tables.push_back(table.data());
-    batch.logit_rows.push_back(int32_t(end - begin - 1));
-    return batch;
+  const int64_t blocks = (len + block_size - 1) / block_size;
+  StepRunner runner(*model, blocks, block_size);
+  Sequence seq;
+  seq.tokens = prompt;
+  seq.tokens.push_back(golden["greedy_ids"][0].get<int32_t>());
+  for (int64_t b = 0; b < blocks; ++b) seq.blocks.push_back(int32_t(blocks - 1 - b));  // reversed
+  const auto step_of = [&](int64_t begin, int64_t end) {
+    StepPlan plan;
+    plan.chunks.push_back({&seq, begin, end - begin, ChunkRows::last});
+    return plan;
   };
-  model->forward(batch_of(0, len - 1, 0), cache);
-  const ForwardBatch step = batch_of(len - 1, len, golden["greedy_ids"][0].get<int32_t>());
-  const std::vector<float> first = model->forward(step, cache);
-  const std::vector<float> second = model->forward(step, cache);
+  runner.run(step_of(0, len - 1));
+  const StepPlan step = step_of(len - 1, len);
+  const std::vector<float> first = runner.run(step).output.logits;
+  const std::vector<float> second = runner.run(step).output.logits;
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)))
       << c.fixture << "/" << expert_mode_name(c.mode);

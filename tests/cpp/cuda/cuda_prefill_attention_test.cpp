@@ -46,7 +46,7 @@ class PrefillCase {
     for (const auto& table : tables_) table_ptrs_.push_back(table.data());
     cpu_cache_ = p_.cpu->alloc_kv(blocks, block_size, shape.kv_heads, shape.k_dim, shape.v_dim, shape.mla);
     gpu_cache_ = p_.gpu->alloc_kv(blocks, block_size, shape.kv_heads, shape.k_dim, shape.v_dim, shape.mla);
-    p_.gpu->set_profiling(true);
+    bench_ops(*p_.gpu).set_profiling(true);
   }
 
   // One step of `rows`: K / V (MLA: the latent rows) written, attention on both backends within

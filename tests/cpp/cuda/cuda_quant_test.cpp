@@ -6,6 +6,7 @@
 // multiples of 32 that leave
 // lanes idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results
 // agree within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU).
+// Absent experts (null table entries) contribute exactly nothing, bit for bit.
 // GPU cases skip with a message when no GPU is visible; the pass-size choice and the W2 tile
 // layout's index arithmetic are host code and always run.
 #include "gpu_test_util.h"
@@ -13,6 +14,7 @@
 #include "kernels/cuda/moe_w2_prefill.h"
 #include "kernels/cuda/w2_layout.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -30,15 +32,22 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed, int lo, int hi, bool 
 }
 
 std::pair<Tensor, Tensor> plane(BackendPair& p, const std::vector<uint8_t>& bytes, std::vector<int64_t> shape) {
-  TensorInfo info{"plane", DType::u8, std::move(shape), bytes.data(), bytes.size(), "test"};
+  HostTensor info{"plane", DType::u8, std::move(shape), bytes.data(), bytes.size(), "test"};
   return {p.cpu->upload(info), p.gpu->upload(info)};
 }
 
-void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {
-  BackendPair p;
+// One layer of `experts` random W2/FP4 experts in both backends (the same bytes for the same
+// seed); the experts listed in `absent` have no tensors.
+std::pair<ExpertSet, ExpertSet> quant_layer(BackendPair& p, ExpertFormat format, int64_t experts, int64_t hidden,
+                                            int64_t inner, const std::vector<int64_t>& absent = {}) {
   const int64_t bits = format == ExpertFormat::w2 ? 2 : 4;
   std::vector<ExpertWeights> cpu_experts, gpu_experts;
   for (int64_t e = 0; e < experts; ++e) {
+    if (std::count(absent.begin(), absent.end(), e)) {
+      cpu_experts.emplace_back();
+      gpu_experts.emplace_back();
+      continue;
+    }
     const uint64_t seed = 1000 * uint64_t(e) + uint64_t(bits);
     auto gu = plane(p, random_bytes(size_t(2 * inner * hidden * bits / 8), seed, 0, 255, false),
                     {2 * inner, hidden * bits / 8});
@@ -48,7 +57,14 @@ void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_
     cpu_experts.push_back({gu.first, dn.first, format, gus.first, dns.first});
     gpu_experts.push_back({gu.second, dn.second, format, gus.second, dns.second});
   }
-  const ExpertSet cpu_set = p.cpu->expert_set(cpu_experts), gpu_set = p.gpu->expert_set(gpu_experts);
+  const ExpertLayout layout{format, hidden, inner};
+  return {p.cpu->expert_set(layout, cpu_experts), p.gpu->expert_set(layout, gpu_experts)};
+}
+
+void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {
+  BackendPair p;
+  const int64_t bits = format == ExpertFormat::w2 ? 2 : 4;
+  const auto [cpu_set, gpu_set] = quant_layer(p, format, experts, hidden, inner);
   const auto in = p.moe_inputs(rows, experts, top_k, hidden, static_cast<uint64_t>(rows * 31 + bits));
   auto out = p.alloc({rows, hidden});
   p.cpu->moe_experts(in.x.first, cpu_set, in.ids.first, in.weights.first, out.first);
@@ -61,6 +77,33 @@ void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_
   p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, again);
   const auto a = host(*p.gpu, out.second), b = host(*p.gpu, again);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "run to run";
+}
+
+// Experts absent from the table (tiered residency) contribute nothing: on the GPU the layer with
+// every third expert absent gives exactly (memcmp) the full layer's result for routing that names
+// no expert (-1) where the absent ones were chosen, and agrees with the CPU's absent layer.
+void check_absent_experts(ExpertFormat format, int64_t experts, int64_t top_k, int64_t hidden, int64_t inner,
+                          int64_t rows) {
+  BackendPair p;
+  std::vector<int64_t> absent;
+  for (int64_t e = 1; e < experts; e += 3) absent.push_back(e);
+  const auto [cpu_partial, gpu_partial] = quant_layer(p, format, experts, hidden, inner, absent);
+  const auto full = quant_layer(p, format, experts, hidden, inner);
+  const auto in = p.moe_inputs(rows, experts, top_k, hidden, uint64_t(rows * 7 + 3));
+  std::vector<int32_t> ids(size_t(rows * top_k));
+  p.cpu->to_host(in.ids.first, ids.data());
+  for (int32_t& id : ids)
+    if (std::count(absent.begin(), absent.end(), id)) id = -1;
+  Tensor dropped = p.gpu->alloc({rows, top_k}, DType::i32);
+  p.gpu->from_host(ids.data(), dropped);
+  auto out = p.alloc({rows, hidden});
+  Tensor reference = p.gpu->alloc({rows, hidden});
+  p.cpu->moe_experts(in.x.first, cpu_partial, in.ids.first, in.weights.first, out.first);
+  p.gpu->moe_experts(in.x.second, gpu_partial, in.ids.second, in.weights.second, out.second);
+  p.gpu->moe_experts(in.x.second, full.second, dropped, in.weights.second, reference);
+  EXPECT_LT(max_rel_diff(p, out), kTol) << "rows " << rows;
+  const auto a = host(*p.gpu, out.second), b = host(*p.gpu, reference);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "rows " << rows << " hidden " << hidden;
 }
 
 struct MoeShape {
@@ -92,6 +135,13 @@ TEST_P(CudaQuantMoe, MatchesCpu) {
   for (const MoeShape& s : kMoeShapes) prefill_shapes += w2_prefill(s);
   EXPECT_EQ(cuda::w2_prefill_fits() ? 3 : 0, prefill_shapes);  // {4, 2, 64, 32, 64} and the last two
   for (const MoeShape& s : kMoeShapes) check_quant_moe(f, s.experts, s.top_k, s.hidden, s.inner, s.rows);
+}
+
+TEST_P(CudaQuantMoe, AbsentExpertsContributeNothing) {
+  MOET_SKIP_WITHOUT_GPU();
+  for (const MoeShape& s : {MoeShape{8, 2, 64, 32, 1}, MoeShape{8, 2, 64, 32, 8}, MoeShape{16, 8, 256, 96, 40},
+                            MoeShape{8, 2, 256, 96, 300}, MoeShape{8, 8, 2048, 768, 64}})
+    check_absent_experts(GetParam(), s.experts, s.top_k, s.hidden, s.inner, s.rows);
 }
 
 // The pass sizes follow the expected items per expert: one item (pair) per pass at decode with
@@ -171,7 +221,7 @@ TEST(CudaQuantMoe, RejectsMalformedPlanes) {
   auto dn = plane(p, std::vector<uint8_t>(48 * 32 / 4), {48, 32 / 4});
   auto dns = plane(p, std::vector<uint8_t>(48), {48, 1});
   std::vector<ExpertWeights> experts{{gu.second, dn.second, ExpertFormat::w2, gus.second, dns.second}};
-  EXPECT_THROW(p.gpu->expert_set(experts), std::exception);
+  EXPECT_THROW(p.gpu->expert_set({ExpertFormat::w2, 48, 32}, experts), std::exception);
 }
 
 // The tensor-core W2 kernels put the scale into the weights' BF16 exponent (level 4 adds 2 to
@@ -189,7 +239,7 @@ TEST(CudaQuantMoe, RejectsW2ScalesBeyondTheTileRange) {
   auto dns = plane(p, std::vector<uint8_t>(size_t(hidden * inner / 32), 127), {hidden, inner / 32});
   std::vector<ExpertWeights> experts{{gu.second, dn.second, ExpertFormat::w2, gus.second, dns.second}};
   try {
-    p.gpu->expert_set(experts);
+    p.gpu->expert_set({ExpertFormat::w2, hidden, inner}, experts);
     ADD_FAILURE() << "a W2 scale byte of 253 was accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("2^126"), std::string::npos) << e.what();

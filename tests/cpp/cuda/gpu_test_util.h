@@ -2,7 +2,9 @@
 // random data put into both, and the comparison of results.
 #pragma once
 
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
+#include "backend/bench_ops.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_info.h"
@@ -29,7 +31,7 @@ inline std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
 }
 
 struct BackendPair {
-  std::unique_ptr<Backend> cpu = cpu_backend_create(2);
+  std::unique_ptr<Backend> cpu = cpu_backend_create({2, test_cpu_isa()});
   std::unique_ptr<Backend> gpu = cuda_backend_create({});
 
   // The same FP32 activation in both backends.
@@ -41,7 +43,7 @@ struct BackendPair {
   }
   // The same weight (BF16 or F32 as stored in `bytes`) uploaded to both.
   std::pair<Tensor, Tensor> weight(const void* bytes, DType dtype, std::vector<int64_t> shape) {
-    TensorInfo info{"test", dtype, shape, static_cast<const uint8_t*>(bytes), 0, "test"};
+    HostTensor info{"test", dtype, shape, static_cast<const uint8_t*>(bytes), 0, "test"};
     info.bytes = size_t(info.numel()) * dtype_size(dtype);
     return {cpu->upload(info), gpu->upload(info)};
   }
@@ -122,7 +124,7 @@ inline double max_rel_diff(BackendPair& p, const std::pair<Tensor, Tensor>& t) {
 // profiling must be on (set_profiling) from the step's begin_step().
 inline std::vector<std::string> attention_ops(Backend& backend) {
   std::vector<std::string> names;
-  for (const OpProfile& op : backend.take_profile())
+  for (const OpProfile& op : bench_ops(backend).take_profile())
     if (op.op.find("attention") != std::string::npos) names.push_back(op.op);
   return names;
 }

@@ -4,6 +4,7 @@
 // reproducible, stop ids / max_tokens finish correctly and abort frees every block; sampling from
 // the rows' best logits gives the tokens sampling from whole rows gives, and steps with a row that
 // needs the whole row fall back to it.
+#include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -21,7 +22,7 @@ const std::filesystem::path kFixture = std::filesystem::path(MOET_SOURCE_DIR) / 
 
 struct Loaded {
   Checkpoint checkpoint = Checkpoint::open(kFixture);
-  std::unique_ptr<Backend> backend = cpu_backend_create(2);
+  std::unique_ptr<Backend> backend = cpu_backend_create({2, test_cpu_isa()});
   // Experts as stored (the expert formats have their own tests; batching must hold for any format).
   std::unique_ptr<Model> model = model_load(checkpoint, *backend, nullptr, ModelLoadOptions{ExpertMode::native});
 };

@@ -108,7 +108,7 @@ std::vector<int32_t> reference_tokens(const std::vector<float>& logits, const Sa
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   std::vector<float> probs(vocab);
   const double vocab_mass =
-      softmax_weights(logits.data(), int64_t(vocab), max_logit, 1.0f / params.temperature, probs.data());
+      softmax_weights(logits.data(), int64_t(vocab), max_logit, 1.0f / params.temperature, probs.data(), cpu_isa_best());
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {

@@ -1,6 +1,7 @@
 // W2 / FP4 expert matmul kernels (scalar and AVX2) against dequantize-then-float64 references.
+#include "../cpu_isa_env.h"
 #include "formats/requant.h"
-#include "kernels/cpu/cpu_features.h"
+#include "core/cpu_isa.h"
 #include "kernels/cpu/w2_matmul.h"
 
 #include <gtest/gtest.h>
@@ -49,7 +50,7 @@ void check(StoreFormat format) {
   ThreadPool pool(2);
   std::vector<float> y(size_t(rows * n));
   (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(c.x.data(), rows, k, c.w.codes.data(), c.w.scales.data(), n,
-                                                        y.data(), pool);
+                                                        y.data(), pool, test_cpu_isa());
   const int64_t row_bytes = k * store_format_bits(format) / 8;
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t col = 0; col < n; ++col) {
@@ -62,7 +63,7 @@ void check(StoreFormat format) {
       const uint8_t* scales = c.w.scales.data() + col * (k / 32);
       const float s = format == StoreFormat::w2 ? scalar::dot_w2(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
       EXPECT_NEAR(s, ref, tol);
-      if (cpu_has_avx2()) {
+      if (cpu_supports_avx2()) {
         const float v = format == StoreFormat::w2 ? avx2::dot_w2(x, codes, scales, k) : avx2::dot_fp4(x, codes, scales, k);
         EXPECT_NEAR(v, ref, tol);
       }

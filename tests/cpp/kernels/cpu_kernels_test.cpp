@@ -1,10 +1,11 @@
 // CPU kernels against float64 references written here: dot products / matmul (AVX2 and scalar),
 // RMSNorm, paged attention vs dense causal attention, rope (halves, interleaved, partial), and
 // the routers (softmax top-k, sigmoid grouped top-k with correction bias).
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/cpu_features.h"
+#include "core/cpu_isa.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
@@ -31,8 +32,8 @@ TEST(Matmul, Bf16AndF32MatchFloat64ForEveryPath) {
     for (size_t i = 0; i < wf.size(); ++i) wb[i] = float_to_bf16(wf[i]);
     const auto bias = random_floats(size_t(n), 5);
     std::vector<float> y_bf16(size_t(rows * n)), y_f32(size_t(rows * n));
-    matmul_bf16(x.data(), rows, k, wb.data(), n, bias.data(), y_bf16.data(), pool);
-    matmul_f32(x.data(), rows, k, wf.data(), n, nullptr, y_f32.data(), pool);
+    matmul_bf16(x.data(), rows, k, wb.data(), n, bias.data(), y_bf16.data(), pool, test_cpu_isa());
+    matmul_f32(x.data(), rows, k, wf.data(), n, nullptr, y_f32.data(), pool, test_cpu_isa());
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t j = 0; j < n; ++j) {
         double ref_b = bias[size_t(j)], ref_f = 0.0;
@@ -45,7 +46,7 @@ TEST(Matmul, Bf16AndF32MatchFloat64ForEveryPath) {
         EXPECT_NEAR(y_f32[size_t(t * n + j)], ref_f, tol) << k;
         // The AVX2 dot products agree with float64 too (the matmuls above may run the portable
         // path when MOET_CPU_SCALAR=1 or the CPU lacks AVX2).
-        if (cpu_has_avx2()) {
+        if (cpu_supports_avx2()) {
           EXPECT_NEAR(avx2::dot_f32(&x[size_t(t * k)], &wf[size_t(j * k)], k), ref_f, tol);
           EXPECT_NEAR(avx2::dot_bf16(&x[size_t(t * k)], &wb[size_t(j * k)], k), ref_b - bias[size_t(j)], tol);
         }
@@ -60,8 +61,8 @@ TEST(Matmul, ResultDoesNotDependOnThreadCount) {
   const auto w = random_floats(size_t(n * k), 2);
   std::vector<float> one(size_t(rows * n)), many(size_t(rows * n));
   ThreadPool p1(1), p4(4);
-  matmul_f32(x.data(), rows, k, w.data(), n, nullptr, one.data(), p1);
-  matmul_f32(x.data(), rows, k, w.data(), n, nullptr, many.data(), p4);
+  matmul_f32(x.data(), rows, k, w.data(), n, nullptr, one.data(), p1, test_cpu_isa());
+  matmul_f32(x.data(), rows, k, w.data(), n, nullptr, many.data(), p4, test_cpu_isa());
   EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0);
 }
 
@@ -74,9 +75,9 @@ TEST(Matmul, RowResultsDoNotDependOnBatchSize) {
     std::vector<uint16_t> w(wf.size());
     for (size_t i = 0; i < wf.size(); ++i) w[i] = float_to_bf16(wf[i]);
     std::vector<float> batched(static_cast<size_t>(rows * n)), single(static_cast<size_t>(n));
-    matmul_bf16(x.data(), rows, k, w.data(), n, nullptr, batched.data(), pool);
+    matmul_bf16(x.data(), rows, k, w.data(), n, nullptr, batched.data(), pool, test_cpu_isa());
     for (int64_t t = 0; t < rows; ++t) {
-      matmul_bf16(x.data() + t * k, 1, k, w.data(), n, nullptr, single.data(), pool);
+      matmul_bf16(x.data() + t * k, 1, k, w.data(), n, nullptr, single.data(), pool, test_cpu_isa());
       EXPECT_EQ(std::memcmp(single.data(), batched.data() + t * n, sizeof(float) * size_t(n)), 0) << k << " " << t;
     }
   }
@@ -143,7 +144,8 @@ TEST(Attention, PagedMatchesDenseCausalReference) {
   kv_cache_write(cache, k.data(), v.data(), tokens, slots.data());
   const int32_t* tables[] = {table.data()};
   std::vector<float> out(size_t(tokens * q_heads * dim));
-  attention_paged(cache, {positions.data(), seq.data(), tables}, q.data(), tokens, q_heads, dim, 0.35f, out.data(), pool);
+  attention_paged(cache, {positions.data(), seq.data(), tables}, q.data(), tokens, q_heads, dim, 0.35f, out.data(), pool,
+                  test_cpu_isa());
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < q_heads; ++h) {
       const int64_t g = h / (q_heads / kv_heads);

@@ -5,6 +5,7 @@
 // (the suite also runs on the portable paths, MOET_CPU_SCALAR=1). The decode itself must equal the
 // float64 product rounded once to F32, the value the loader's exact decode stores; its BF16 split
 // (the tensor-core GEMM's weights) keeps it to 2^-17.
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "core/dtype.h"
 #include "kernels/cpu/fp8_matmul.h"
@@ -46,8 +47,8 @@ TEST(Fp8Matmul, BitIdenticalToF32MatmulOfTheDecodedWeights) {
                                    std::to_string(rows) + " threads " + std::to_string(threads);
           const auto x = random_floats(size_t(rows * k), uint64_t(rows));
           std::vector<float> y(size_t(rows * n)), expected(y.size());
-          matmul_fp8_block(x.data(), rows, k, codes.data(), scales.data(), n, bias.data(), y.data(), pool);
-          matmul_f32(x.data(), rows, k, w.data(), n, bias.data(), expected.data(), pool);
+          matmul_fp8_block(x.data(), rows, k, codes.data(), scales.data(), n, bias.data(), y.data(), pool, test_cpu_isa());
+          matmul_f32(x.data(), rows, k, w.data(), n, bias.data(), expected.data(), pool, test_cpu_isa());
           EXPECT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float))) << what;
         }
       }

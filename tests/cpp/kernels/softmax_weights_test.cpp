@@ -4,6 +4,7 @@
 // partial sums. Whichever build the CPU dispatches to (AVX2 here, the portable one under
 // MOET_CPU_SCALAR=1 in kernels_scalar_paths) must give exactly these numbers. count_at_least
 // (min-p's count) against the comparison in double.
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "kernels/cpu/softmax_weights.h"
 
@@ -50,7 +51,7 @@ TEST(SoftmaxWeights, EqualTheScalarStatementBitForBit) {
       }
       double expected_sum = 0.0;
       for (double s : lane) expected_sum += s;
-      const double sum = softmax_weights(values.data(), n, max, inverse_temperature, weights.data());
+      const double sum = softmax_weights(values.data(), n, max, inverse_temperature, weights.data(), test_cpu_isa());
       EXPECT_EQ(0, std::memcmp(weights.data(), expected.data(), size_t(n) * sizeof(float))) << "n " << n;
       EXPECT_EQ(0, std::memcmp(&sum, &expected_sum, sizeof sum)) << "n " << n << ": " << sum << " vs " << expected_sum;
       if (n > 9) {

@@ -7,6 +7,7 @@
 //   fp4     golden_fp4.json   (routed experts replaced by their MXFP4 values)
 // Goldens whose greedy steps or expert choices are near ties are marked "robust": false by the
 // fixture tool; for those only the logits are compared.
+#include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "io/checkpoint.h"
@@ -38,7 +39,7 @@ TEST_P(FixtureParity, LogitsAndGreedyMatchTransformers) {
   const auto dir = kFixtures / c.fixture;
   const nlohmann::json golden = json_read_file(dir / golden_file(c.mode));
   const Checkpoint checkpoint = Checkpoint::open(dir);
-  auto backend = cpu_backend_create(c.threads);
+  auto backend = cpu_backend_create({c.threads, test_cpu_isa()});
   ModelLoadOptions options;
   options.experts = c.mode;
   auto model = model_load(checkpoint, *backend, nullptr, options);

@@ -8,6 +8,7 @@
 // 4 n k - (n k + 4 * scales) per kept tensor. Missing or misshapen X.weight_scale_inv is refused
 // naming that tensor (kept and decoded paths alike). Random weights of a config with
 // quant_method fp8 are FP8 (fewer bytes than BF16) and run.
+#include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "../temp_dir.h"
 #include "backend/cpu/cpu_backend.h"
@@ -90,7 +91,7 @@ TEST(Fp8Dense, MatmulWeightsStayFp8AndMatchTheDecode) {
   add_fp8(tensors, "t.weight", 96, 300, false, 9);
   write_checkpoint(dir.path(), fp8_config(), tensors);
   const Checkpoint checkpoint = Checkpoint::open(dir.path());
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   WeightLoader loader(checkpoint, *backend);
   const auto x = random_floats(5 * 300, 11);
 
@@ -135,7 +136,7 @@ TEST(Fp8Dense, MissingOrMisshapenScalesNameTheTensor) {
   tensors.push_back({"dtype.weight_scale_inv", DType::u8, {2, 2}, std::vector<uint8_t>(4, 1)});
   write_checkpoint(dir.path(), fp8_config(), tensors);
   const Checkpoint checkpoint = Checkpoint::open(dir.path());
-  auto backend = cpu_backend_create(1);
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
   WeightLoader loader(checkpoint, *backend);
   for (const char* name : {"missing", "shape", "dtype"}) {
     const std::string weight = std::string(name) + ".weight";
@@ -155,7 +156,7 @@ TEST(Fp8Dense, MissingOrMisshapenScalesNameTheTensor) {
 void write_decoded_copy(const Checkpoint& checkpoint, const std::filesystem::path& dir) {
   std::vector<TensorToWrite> tensors;
   for (const std::string& name : checkpoint.names()) {
-    const TensorInfo& info = checkpoint.get(name);
+    const HostTensor& info = checkpoint.get(name);
     if (name.ends_with("_scale_inv")) continue;
     if (info.dtype != DType::f8_e4m3) {
       tensors.push_back({name, info.dtype, info.shape, std::vector<uint8_t>(info.data, info.data + info.bytes)});
@@ -176,7 +177,7 @@ struct Loaded {
 };
 
 Loaded run(const Checkpoint& checkpoint, const std::vector<int32_t>& prompt) {
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   ModelLoadOptions options;
   options.experts = ExpertMode::native;
   Loaded out;
@@ -200,7 +201,7 @@ TEST(Fp8Dense, FixtureLogitsAreThoseOfTheF32Decode) {
   // of the dense MLP and shared expert; their gate/up pairs (96 and 32 rows) are decoded.
   uint64_t saved = 0;
   for (const std::string& name : fp8.names()) {
-    const TensorInfo& info = fp8.get(name);
+    const HostTensor& info = fp8.get(name);
     const bool projection = name.ends_with("q_a_proj.weight") || name.ends_with("q_b_proj.weight") ||
                             name.ends_with("kv_a_proj_with_mqa.weight") || name.ends_with("self_attn.o_proj.weight") ||
                             name.ends_with("mlp.down_proj.weight") || name.ends_with("shared_experts.down_proj.weight");
@@ -216,7 +217,7 @@ TEST(Fp8Dense, RandomWeightsOfAnFp8ConfigAreFp8) {
   const nlohmann::json fp8_config = json_read_file(kFixture / "config.json");
   nlohmann::json bf16_config = fp8_config;
   bf16_config.erase("quantization_config");
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   ModelLoadOptions options;
   options.experts = ExpertMode::native;
   LoadStats fp8_stats, bf16_stats;

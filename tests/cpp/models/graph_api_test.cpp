@@ -1,10 +1,12 @@
 // The captured-forward API (Backend::run_graph) and the per-op profile on the CPU backend, which
-// has no graphs: run_graph() calls the body every time and returns its tensor; decode steps marked
-// ForwardBatch::decode (the graph path on CUDA) give the same logits as unmarked ones; profiling
-// names the outermost ops and never changes results.
+// has no graphs: run_graph() calls the body every time and returns its tensor; decode steps under
+// a graph key (ForwardBatch::graph, the graph path on CUDA) give the same logits as ones without;
+// profiling names the outermost ops and never changes results.
+#include "../cpu_isa_env.h"
+#include "backend/bench_ops.h"
 #include "backend/cpu/cpu_backend.h"
-#include "engine/single_sequence.h"
 #include "io/checkpoint.h"
+#include "models/model.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,7 +20,7 @@ namespace {
 const std::filesystem::path kFixtures = std::filesystem::path(MOET_SOURCE_DIR) / "tests" / "fixtures";
 
 TEST(GraphApi, CpuRunsTheBodyEveryTime) {
-  auto backend = cpu_backend_create(1);
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
   EXPECT_FALSE(backend->set_graphs(true));
   EXPECT_FALSE(backend->graphs());
   GraphKey key{{1, 2, 3}};
@@ -52,18 +54,36 @@ struct Decoded {
   std::vector<std::vector<float>> logits;  // prefill's last row, then every decode step's
 };
 
-// Prefill of `prompt` then `steps` greedy decode steps, marked decode or not, optionally profiled.
-Decoded run(Model& model, const std::vector<int32_t>& prompt, int64_t steps, bool decode) {
-  SingleSequence sequence(model, int64_t(prompt.size()) + steps, 4);
+// Prefill of `prompt` then `steps` greedy decode steps straight through Model::forward, each
+// decode step under a graph key (the CUDA graph path) or none.
+Decoded run(Model& model, const std::vector<int32_t>& prompt, int64_t steps, bool graph_keys) {
+  const int64_t block_size = 4, tokens_max = int64_t(prompt.size()) + steps;
+  KvCache cache = kv_cache_create(model.backend(), model.kv_layer_specs(), (tokens_max + 3) / 4, block_size);
+  std::vector<int32_t> table(size_t(cache.blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  const GraphKey key{{42}};
+  const auto forward = [&](const std::vector<int32_t>& tokens, int64_t begin, int64_t end, bool decode) {
+    ForwardBatch batch;
+    for (int64_t pos = begin; pos < end; ++pos) {
+      batch.tokens.push_back(tokens[size_t(pos)]);
+      batch.positions.push_back(int32_t(pos));
+      batch.row_seq.push_back(0);
+      batch.slots.push_back(pos);
+    }
+    batch.block_tables.push_back(table.data());
+    batch.logit_rows = {int32_t(end - begin - 1)};
+    batch.graph = decode && graph_keys ? &key : nullptr;
+    return model.forward(batch, cache).logits;
+  };
   std::vector<int32_t> tokens = prompt;
   Decoded out;
-  out.logits.push_back(sequence.forward(model, tokens, 0, int64_t(tokens.size()), {int32_t(tokens.size()) - 1}));
+  out.logits.push_back(forward(tokens, 0, int64_t(tokens.size()), false));
   const int64_t vocab = model.config().vocab_size;
   for (int64_t i = 0; i < steps; ++i) {
     const auto& last = out.logits.back();
     tokens.push_back(int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
     const int64_t pos = int64_t(tokens.size()) - 1;
-    out.logits.push_back(sequence.forward(model, tokens, pos, pos + 1, {0}, decode));
+    out.logits.push_back(forward(tokens, pos, pos + 1, true));
     EXPECT_EQ(int64_t(out.logits.back().size()), vocab);
   }
   return out;
@@ -71,7 +91,7 @@ Decoded run(Model& model, const std::vector<int32_t>& prompt, int64_t steps, boo
 
 TEST(GraphApi, DecodeStepsGiveTheSameLogitsOnCpu) {
   const Checkpoint checkpoint = Checkpoint::open(kFixtures / "qwen3_moe");
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   auto model = model_load(checkpoint, *backend);
   const std::vector<int32_t> prompt = {3, 17, 42, 99, 7, 250, 11};
   const Decoded marked = run(*model, prompt, 10, true), plain = run(*model, prompt, 10, false);
@@ -83,17 +103,18 @@ TEST(GraphApi, DecodeStepsGiveTheSameLogitsOnCpu) {
 
 TEST(GraphApi, CpuProfileNamesOpsAndKeepsResults) {
   const Checkpoint checkpoint = Checkpoint::open(kFixtures / "qwen3_moe");
-  auto backend = cpu_backend_create(2);
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
   auto model = model_load(checkpoint, *backend);
   const std::vector<int32_t> prompt = {3, 17, 42, 99, 7};
   const Decoded plain = run(*model, prompt, 2, true);
-  EXPECT_TRUE(backend->take_profile().empty());  // off by default
-  backend->set_profiling(true);
+  BenchOps& ops_api = bench_ops(*backend);
+  EXPECT_TRUE(ops_api.take_profile().empty());  // off by default
+  ops_api.set_profiling(true);
   const Decoded profiled = run(*model, prompt, 2, true);
-  backend->set_profiling(false);
+  ops_api.set_profiling(false);
   for (size_t i = 0; i < plain.logits.size(); ++i)
     EXPECT_EQ(0, std::memcmp(plain.logits[i].data(), profiled.logits[i].data(), plain.logits[i].size() * sizeof(float)));
-  const std::vector<OpProfile> ops = backend->take_profile();
+  const std::vector<OpProfile> ops = ops_api.take_profile();
   std::map<std::string, OpProfile> by_name;
   for (const OpProfile& op : ops) by_name[op.op] = op;
   const ModelConfig& c = model->config();
@@ -106,7 +127,7 @@ TEST(GraphApi, CpuProfileNamesOpsAndKeepsResults) {
   EXPECT_EQ(by_name["moe_experts"].calls, forwards * 2);
   EXPECT_EQ(by_name["silu_mul"].calls, forwards * 1);
   for (size_t i = 1; i < ops.size(); ++i) EXPECT_GE(ops[i - 1].seconds, ops[i].seconds);
-  EXPECT_TRUE(backend->take_profile().empty());
+  EXPECT_TRUE(ops_api.take_profile().empty());
 }
 
 }  // namespace

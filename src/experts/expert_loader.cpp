@@ -1,11 +1,10 @@
 // ExpertLoader implementation (see expert_loader.h).
-#include "models/expert_loader.h"
+#include "experts/expert_loader.h"
 
 #include "core/error.h"
 #include "core/log.h"
 #include "io/pack_source.h"
 #include "io/pack_writer.h"
-#include "models/weight_loader.h"
 
 #include <cstring>
 
@@ -61,11 +60,18 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
 
 ExpertLoader::~ExpertLoader() = default;
 
-ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t expert) {
+ExpertLayout ExpertLoader::layout() const {
+  const ExpertFormat format = !spec_                             ? ExpertFormat::dense
+                              : spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4
+                                                                  : ExpertFormat::w2;
+  return {format, config_.hidden_size, config_.moe_intermediate_size};
+}
+
+ExpertWeights ExpertLoader::load(ExpertUploadSink& sink, int64_t layer, int64_t expert) {
   const auto names = config_.expert_tensor_names(layer, expert);
   const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
   if (!spec_)  // native: dense, quantized sources decoded exactly by the weight loader
-    return {loader.stacked(names.gate, names.up, {inner, hidden}), loader.weight(names.down, {hidden, inner})};
+    return {sink.dense_stacked(names.gate, names.up, {inner, hidden}), sink.dense(names.down, {hidden, inner})};
   if (reader_) {
     const PackRead read{layer, expert, slot_.data()};
     reader_->read({&read, 1});
@@ -85,16 +91,16 @@ ExpertWeights ExpertLoader::load(WeightLoader& loader, int64_t layer, int64_t ex
     std::memset(slot_.data() + layout.scales2, 121, layout.slot_bytes - layout.scales2);
   }
   if (checkpoint_ != nullptr)
-    for (const auto* name : {&names.gate, &names.up, &names.down}) loader.mark_used_family(*name);
-  return from_slot(loader, slot_.data(), names.gate);
+    for (const auto* name : {&names.gate, &names.up, &names.down}) sink.mark_used(*name);
+  return from_slot(sink, slot_.data(), names.gate);
 }
 
-ExpertWeights ExpertLoader::from_slot(WeightLoader& loader, const uint8_t* slot, const std::string& name) const {
+ExpertWeights ExpertLoader::from_slot(ExpertUploadSink& sink, const uint8_t* slot, const std::string& name) const {
   const SlotLayout layout = spec_->layout();
   const int64_t hidden = layout.hidden, inner = layout.intermediate;
   const int64_t bits = store_format_bits(spec_->format);
   auto plane = [&](uint64_t offset, uint64_t end, std::vector<int64_t> shape) {
-    return loader.upload(TensorInfo{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
+    return sink.upload_plane(HostTensor{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
   };
   ExpertWeights w;
   w.format = spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4 : ExpertFormat::w2;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "models/arch/arch.h"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,8 @@
 // For w2/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
 // (io/pack_format.h), quantized at load or, with a pack directory, read from a pack file that
 // is built on the first start and reused afterwards (stale packs are rebuilt, never used).
+// The loader hands what it makes to an ExpertUploadSink (the model's weight loader implements
+// it), so this module never calls back into models/.
 #pragma once
 
 #include "backend/backend.h"
@@ -19,11 +21,10 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace moet {
-
-class WeightLoader;
 
 enum class ExpertMode { native, w2, fp4 };
 ExpertMode expert_mode_parse(std::string_view name);  // "native" | "w2" | "fp4"
@@ -35,15 +36,31 @@ struct ModelLoadOptions {
   std::filesystem::path pack_dir;  // empty: quantize at every load
 };
 
+// Where the loader's tensors go: backend memory, counted as routed-expert bytes.
+class ExpertUploadSink {
+ public:
+  virtual ~ExpertUploadSink() = default;
+  // A quantized plane the loader built (U8 codes or scales), copied byte for byte.
+  virtual Tensor upload_plane(const HostTensor& plane) = 0;
+  // Native experts: checkpoint tensor `name` of `shape` as a dense weight (BF16/F32 as stored,
+  // quantized sources decoded exactly to F32), and two of them stacked [2n, k] (gate and up).
+  virtual Tensor dense(const std::string& name, const std::vector<int64_t>& shape) = 0;
+  virtual Tensor dense_stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) = 0;
+  // Checkpoint tensor `name` and its companions (scales) were consumed.
+  virtual void mark_used(const std::string& name) = 0;
+};
+
 class ExpertLoader {
  public:
   // checkpoint null: invent random experts (benchmarks of full-size shapes).
   ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& config, const ModelLoadOptions& options);
   ~ExpertLoader();
-  ExpertWeights load(WeightLoader& loader, int64_t layer, int64_t expert);
+  // The format and shapes every expert this loader makes has.
+  ExpertLayout layout() const;
+  ExpertWeights load(ExpertUploadSink& sink, int64_t layer, int64_t expert);
 
  private:
-  ExpertWeights from_slot(WeightLoader& loader, const uint8_t* slot, const std::string& name) const;
+  ExpertWeights from_slot(ExpertUploadSink& sink, const uint8_t* slot, const std::string& name) const;
 
   const Checkpoint* checkpoint_;
   const ModelConfig& config_;

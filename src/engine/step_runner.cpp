@@ -1,0 +1,109 @@
+// StepRunner implementation (see step_runner.h).
+#include "engine/step_runner.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace moet {
+namespace {
+
+std::atomic<int64_t> next_runner_id{1};
+
+// The rows of a chunk `rows` selects, appended as batch row indices (the chunk's first row is
+// `first`); returns how many.
+int64_t select_rows(ChunkRows rows, const ScheduledChunk& chunk, int32_t first, std::vector<int32_t>& out) {
+  const ChunkRows resolved = rows == ChunkRows::if_sampling ? (chunk.samples() ? ChunkRows::last : ChunkRows::none)
+                                                            : rows;
+  if (resolved == ChunkRows::none) return 0;
+  if (resolved == ChunkRows::last) {
+    out.push_back(first + int32_t(chunk.count) - 1);
+    return 1;
+  }
+  for (int32_t r = 0; r < int32_t(chunk.count); ++r) out.push_back(first + r);
+  return chunk.count;
+}
+
+}  // namespace
+
+StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size)
+    : model_(model),
+      cache_(kv_cache_create(model.backend(), model.kv_layer_specs(), blocks, block_size)),
+      id_(next_runner_id++) {}
+
+ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) const {
+  ForwardBatch batch;
+  const int64_t bs = cache_.block_size;
+  batch.top_k = plan.top_logits;
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ScheduledChunk& chunk = plan.chunks[c];
+    const Sequence& seq = *chunk.seq;
+    MOET_CHECK(chunk.count > 0 && chunk.begin >= 0 && chunk.begin + chunk.count <= int64_t(seq.tokens.size()) &&
+                   int64_t(seq.blocks.size()) * bs >= chunk.begin + chunk.count,
+               "step plan: chunk [{}, {}) of sequence {} outside its {} tokens or {} KV blocks", chunk.begin,
+               chunk.begin + chunk.count, seq.id, seq.tokens.size(), seq.blocks.size());
+    const int32_t seq_index = int32_t(batch.block_tables.size()), first = int32_t(batch.tokens.size());
+    batch.block_tables.push_back(seq.blocks.data());
+    for (int64_t pos = chunk.begin; pos < chunk.begin + chunk.count; ++pos) {
+      batch.tokens.push_back(seq.tokens[size_t(pos)]);
+      batch.positions.push_back(int32_t(pos));
+      batch.row_seq.push_back(seq_index);
+      batch.slots.push_back(int64_t(seq.blocks[size_t(pos / bs)]) * bs + pos % bs);
+    }
+    outcome.logit_chunks.insert(outcome.logit_chunks.end(), size_t(select_rows(chunk.logits, chunk, first, batch.logit_rows)),
+                                int32_t(c));
+    outcome.hidden_chunks.insert(outcome.hidden_chunks.end(),
+                                 size_t(select_rows(chunk.hidden, chunk, first, batch.hidden_rows)), int32_t(c));
+  }
+  return batch;
+}
+
+// Everything the forward bakes into its launches besides the step inputs (docs/design.md, "CUDA
+// graphs"): this runner (one model), the top-logits width, the logit and hidden rows, and the KV
+// cache's memory.
+GraphKey StepRunner::graph_key(const ForwardBatch& batch) const {
+  GraphKey key;
+  key.values = {id_, batch.top_k, int64_t(batch.logit_rows.size())};
+  key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
+  key.values.push_back(int64_t(batch.hidden_rows.size()));
+  key.values.insert(key.values.end(), batch.hidden_rows.begin(), batch.hidden_rows.end());
+  for (const KvLayerCache& layer : cache_.layers) {
+    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
+    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
+  }
+  return key;
+}
+
+StepOutcome StepRunner::run(const StepPlan& plan) {
+  MOET_CHECK(!plan.chunks.empty(), "step plan without chunks");
+  StepOutcome outcome;
+  ForwardBatch batch = batch_for(plan, outcome);
+  // One row per sequence, each returning its logits: a decode step, whose shape recurs.
+  const bool recurring = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
+    return chunk.count == 1 && chunk.logits != ChunkRows::none && (chunk.logits != ChunkRows::if_sampling || chunk.samples());
+  });
+  GraphKey key;
+  if (recurring) {
+    key = graph_key(batch);
+    batch.graph = &key;
+  }
+  ++stats_.steps;
+  for (;;) {
+    outcome.output = model_.forward(batch, cache_);
+    const int64_t pass = outcome.passes++;
+    ++stats_.passes;
+    bool again = false;
+    for (StepHook* hook : hooks_) again = hook->after_pass(plan, outcome.output, pass) == StepDecision::again || again;
+    if (!again) break;
+    if (outcome.passes >= kMaxPasses) {
+      MOET_LOG_WARN("a step asked for more than {} passes; its last pass stands", kMaxPasses);
+      break;
+    }
+  }
+  if (outcome.passes > 1) ++stats_.replayed_steps;
+  return outcome;
+}
+
+}  // namespace moet

@@ -1,0 +1,77 @@
+// The step runner: the one caller of Model::forward. run(plan) turns a step plan (chunks of
+// sequences: their tokens, positions and KV blocks) into a ForwardBatch, runs it over the KV
+// cache the runner owns, and then asks its hooks whether to run the same step again before
+// anything is sampled: this loop is where "run, decide, run again" lives (expert misses fetched
+// and the step replayed, an unsure step re-run with its experts at FP4). A pass is a full forward
+// over the same inputs; it rewrites the same KV slots and activations, so running a step again
+// is safe and, with nothing changed in between, gives the same bits. The outcome is the last
+// pass's output.
+//
+// Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
+// CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit and
+// hidden rows and the top-logits width (the backend adds rows, sequences and table stride).
+#pragma once
+
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "models/model.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace moet {
+
+enum class StepDecision { done, again };
+
+// A decision point after each pass of a step (not owned by the runner; it must outlive it).
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  // Called after pass `pass` (0 for the first) of `plan` with that pass's output, before
+  // sampling; `again` runs the step once more (the hook has changed what it needed to).
+  virtual StepDecision after_pass(const StepPlan& plan, const StepOutput& output, int64_t pass) = 0;
+};
+
+struct StepOutcome {
+  StepOutput output;  // the last pass's
+  int64_t passes = 0;
+  // Output logit row i is row logit_rows[i] of the step's batch; the chunk it belongs to is
+  // logit_chunks[i] (an index into plan.chunks). The same for the hidden rows.
+  std::vector<int32_t> logit_chunks, hidden_chunks;
+};
+
+struct StepRunnerStats {
+  int64_t steps = 0;
+  int64_t passes = 0;          // forwards run (steps + replays)
+  int64_t replayed_steps = 0;  // steps that ran more than once
+};
+
+class StepRunner {
+ public:
+  // The KV cache: `blocks` blocks of `block_size` slots for every layer's spec.
+  StepRunner(Model& model, int64_t blocks, int64_t block_size);
+
+  // Hooks are asked in the order added; any `again` runs the step again.
+  void add_hook(StepHook* hook) { hooks_.push_back(hook); }
+  StepOutcome run(const StepPlan& plan);
+
+  Model& model() { return model_; }
+  const KvCache& cache() const { return cache_; }
+  int64_t block_size() const { return cache_.block_size; }
+  const StepRunnerStats& stats() const { return stats_; }
+
+  // A pass cap no hook should reach (each bounds its own replays); past it the last pass stands.
+  static constexpr int64_t kMaxPasses = 64;
+
+ private:
+  ForwardBatch batch_for(const StepPlan& plan, StepOutcome& outcome) const;
+  GraphKey graph_key(const ForwardBatch& batch) const;
+
+  Model& model_;
+  KvCache cache_;
+  int64_t id_;  // unique per runner in the process (graph keys)
+  std::vector<StepHook*> hooks_;
+  StepRunnerStats stats_;
+};
+
+}  // namespace moet

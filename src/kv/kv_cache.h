@@ -1,0 +1,50 @@
+// The KV memory of a model: one cache per layer, allocated from what each layer declares it keeps
+// per token (a KvLayerSpec), over a pool of `blocks` blocks of `block_size` token slots that the
+// block pool (block_pool.h) hands out to sequences. An architecture's attention block says what
+// its layer caches; a new cache dtype or a linear-attention state is a new spec, not a new path
+// through the model. kv_bytes_per_token() counts the bytes the specs give, which is what the
+// engine sizes its pool by.
+#pragma once
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace moet {
+
+enum class KvKind {
+  paged,            // separate K and V rows per token: heads x k_dim and heads x v_dim (GQA)
+  latent,           // one row per token whose first v_dim values are also V (MLA's latent + rope key)
+  recurrent_state,  // a fixed-size state per sequence (linear attention); declared, not allocatable yet
+};
+
+struct KvLayerSpec {
+  KvKind kind = KvKind::paged;
+  DType dtype = DType::f32;
+  int64_t heads = 0;      // KV heads (1 for latent)
+  int64_t k_dim = 0;      // per head
+  int64_t v_dim = 0;      // per head (latent: the prefix of K that is V)
+  int64_t row_bytes = 0;  // bytes one token occupies in this layer
+
+  // GQA: `heads` heads of `dim` for K and again for V.
+  static KvLayerSpec paged_heads(int64_t heads, int64_t dim, DType dtype = DType::f32);
+  // MLA: one row of `row` values per token, the first `value_dim` of which are V.
+  static KvLayerSpec latent_row(int64_t row, int64_t value_dim, DType dtype = DType::f32);
+};
+
+struct KvCache {
+  int64_t blocks = 0;
+  int64_t block_size = 0;
+  std::vector<KvLayerCache> layers;
+};
+
+// Allocates one cache per spec in the backend's memory (zeroed). Fails with a clear error for a
+// spec the backends cannot hold yet (recurrent state, a dtype other than F32).
+KvCache kv_cache_create(Backend& backend, std::span<const KvLayerSpec> specs, int64_t blocks, int64_t block_size);
+// Bytes one token occupies over all layers.
+int64_t kv_bytes_per_token(std::span<const KvLayerSpec> specs);
+
+}  // namespace moet

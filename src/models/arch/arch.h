@@ -1,0 +1,47 @@
+// One file per supported architecture (models/arch/<family>.cpp): its config reader (which
+// config.json fields it reads, its tensor names, its layer plan: which layers are MoE) and the
+// blocks its layers use. families.cpp lists them, resolves a config.json to one of them
+// (model_type, or the HF class in `architectures`: Kimi-K2 ships model_type "kimi_k2" with
+// DeepseekV3ForCausalLM) and parses it; model_load() (models/registry.cpp) assembles the stack.
+// Adding a family means adding a file and its line in families.cpp.
+#pragma once
+
+#include "io/model_config.h"
+#include "models/blocks.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+struct ArchSpec {
+  std::string family;                      // the model_type it reads
+  std::vector<std::string> architectures;  // HF class names that select it too
+  std::string also_for;                    // other model_types it serves, for messages ("" = none)
+  // Fills `config` from config.json (config_read_common() and the family's own fields).
+  std::function<void(const nlohmann::json&, ModelConfig&)> read_config;
+  // Loads layer N's attention from "model.layers.N.self_attn.".
+  std::function<std::unique_ptr<AttentionBlock>(const ModelConfig&, WeightLoader&, const std::string&)> attention;
+};
+
+const ArchSpec& qwen3_moe_arch();
+const ArchSpec& deepseek_v3_arch();
+const ArchSpec& glm4_moe_arch();
+const ArchSpec& mixtral_arch();
+
+// DeepSeek-style MoE fields (first_k_dense_replace dense layers, shared experts, sigmoid scores
+// with a correction bias, grouped top-k), read by deepseek_v3 and glm4_moe.
+void read_deepseek_moe(const nlohmann::json& c, ModelConfig& m);
+
+// The spec a config.json names; an unknown family is an error naming the supported ones.
+const ArchSpec& arch_for_config(const nlohmann::json& config);
+const ArchSpec& arch_for_family(const std::string& family);
+// config.json -> ModelConfig through its family's reader, then config_check().
+ModelConfig model_config_parse(const nlohmann::json& config);
+// The families model_config_parse accepts, for error messages and --help.
+const std::vector<std::string>& model_config_supported();
+
+}  // namespace moet
