@@ -6,8 +6,8 @@
 # config:layers) is decoded by base, then new, ROUNDS times (default 2), at batch BATCH (default
 # 1), random weights and W2 experts, CUDA graphs on; each run is killed after MOET_AB_LIMIT
 # seconds (default 150: building Qwen3-235B's 94 random layers alone takes about a minute).
-# Then cuda_ops_bench and cuda_moe_bench, base then new, each line of one followed by the same
-# line of the other. Every run's JSON and log go into RESULTS_DIR, the summary into ab.txt there
+# Then the microbenchmarks of BENCHES (default "cuda_ops_bench cuda_moe_bench"; empty: none), base
+# then new, each line of one followed by the same line of the other. Every run's JSON and log go into RESULTS_DIR, the summary into ab.txt there
 # (also printed).
 # Usage: bash tools/gpu/ab.sh RESULTS_DIR [ROUNDS]
 set -uo pipefail
@@ -16,6 +16,7 @@ OUT_DIR=${1:?usage: ab.sh RESULTS_DIR [ROUNDS]}
 ROUNDS=${2:-2}
 MODELS=${MODELS:-"Qwen3-30B-A3B:48 Qwen3-235B-A22B:94 DeepSeek-V3:5"}
 BATCH=${BATCH:-1}
+BENCHES=${BENCHES-cuda_ops_bench cuda_moe_bench}
 LIMIT=${MOET_AB_LIMIT:-150}
 mkdir -p "$OUT_DIR"
 CARRY=$PWD/.gpu-carry
@@ -37,16 +38,17 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-for bench in cuda_ops_bench cuda_moe_bench; do
+for bench in $BENCHES; do
   for side in base new; do
     timeout -k 10 120 "$CARRY/$bench$([ $side = base ] && echo _base)" > "$OUT_DIR/${bench}_$side.log" 2>&1
     echo "${bench}_$side: exit $?"
   done
 done
 
-python3 - "$OUT_DIR" "$CARRY/commit" "$MODELS" "$BATCH" "$ROUNDS" > "$OUT_DIR/ab.txt" <<'EOF'
+python3 - "$OUT_DIR" "$CARRY/commit" "$MODELS" "$BATCH" "$ROUNDS" "$BENCHES" > "$OUT_DIR/ab.txt" <<'EOF'
 import json, pathlib, re, sys
 out, commit, models, batch, rounds = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3].split(), sys.argv[4], int(sys.argv[5])
+benches = sys.argv[6].split()
 print(commit.read_text().strip() if commit.exists() else "commit unknown")
 print(f"end to end, batch {batch}, tokens/s (graphs on) per round; new / base of the means")
 for entry in models:
@@ -64,7 +66,7 @@ for entry in models:
     means = {s: sum(v for v in vs if v is not None) / max(1, sum(v is not None for v in vs)) for s, vs in line.items()}
     ratio = f"{means['new'] / means['base']:.4f}" if means["base"] and means["new"] else "-"
     print(f"  {model} ({layers} layers): base {shown['base']} | new {shown['new']} | {ratio}")
-for bench in ("cuda_ops_bench", "cuda_moe_bench"):
+for bench in benches:
     print(f"{bench}: base line, then new")
     logs = {}
     for side in ("base", "new"):

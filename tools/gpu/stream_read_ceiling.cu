@@ -1,4 +1,4 @@
-// The read ceiling of small weight streams (docs/gpu-history.md, Run 7"): how fast ONE kernel, or two
+// The read ceiling of small weight streams (docs/gpu-history.md, "Run 7"): how fast ONE kernel, or two
 // chained by programmatic dependent launch (as gate_up then down), reads N bytes spread over 8
 // regions picked at random from a 4 GB pool (as 8 routed experts), 20 calls captured into a CUDA
 // graph and replayed 10 times, against the 1 GiB device copy of the same run. Access patterns:
