@@ -74,22 +74,21 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
   const auto body = [&] { return forward_body(batch, cache); };
   const Tensor packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
   const OutputLayout layout = output_layout(batch, vocab, config_.hidden_size);
-  std::vector<int32_t> host(size_t(packed.numel()));
+  // One copy to the host, straight into the vector the logits are returned in (at a large
+  // vocabulary and batch these are megabytes: no second pass over them).
+  std::vector<float> host(size_t(packed.numel()));
   backend_.to_host(packed, host.data());  // also waits for the step (a step is done when forward returns)
   StepOutput out;
-  const auto floats = [&](int64_t begin, int64_t count) {
-    std::vector<float> values{};
-    values.resize(size_t(count));
-    std::memcpy(values.data(), host.data() + begin, size_t(count) * sizeof(float));
-    return values;
-  };
+  const auto from = host.begin() + layout.logit_elements;
+  out.hidden.assign(from, from + layout.hidden_elements);
   if (batch.top_k > 0) {
-    const int64_t n = layout.logit_elements / 2;
-    out.top = {batch.top_k, floats(0, n), std::vector<int32_t>(host.begin() + n, host.begin() + 2 * n)};
+    const size_t n = size_t(layout.logit_elements / 2);
+    out.top = {batch.top_k, std::vector<float>(host.begin(), host.begin() + ptrdiff_t(n)), std::vector<int32_t>(n)};
+    std::memcpy(out.top.ids.data(), host.data() + n, n * sizeof(int32_t));
   } else {
-    out.logits = floats(0, layout.logit_elements);
+    host.resize(size_t(layout.logit_elements));
+    out.logits = std::move(host);
   }
-  out.hidden = floats(layout.logit_elements, layout.hidden_elements);
   return out;
 }
 
