@@ -14,6 +14,7 @@
 // separate BenchOps interface (bench_ops.h) that the same backends implement.
 #pragma once
 
+#include "backend/expert_types.h"
 #include "backend/tensor.h"
 #include "core/error.h"
 #include "core/host_tensor.h"
@@ -29,47 +30,6 @@
 #include <vector>
 
 namespace moet {
-
-// How a routed expert's matrices are stored: dense (BF16/F32 tensors of the shapes below) or a
-// block-of-32 format of formats/mx_block.h (W2 2-bit codes or MXFP4 nibbles, U8 code planes
-// [rows, cols * bits / 8] with UE8M0 scale planes [rows, cols / 32]).
-enum class ExpertFormat { dense, w2, fp4 };
-
-// One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
-// An absent expert (not in this backend's memory: tiered residency) has no tensors.
-struct ExpertWeights {
-  Tensor gate_up;
-  Tensor down;
-  ExpertFormat format = ExpertFormat::dense;
-  Tensor gate_up_scales, down_scales;  // block formats only
-
-  int64_t inner() const { return gate_up.dim(0) / 2; }
-  bool present() const { return !gate_up.empty(); }
-};
-
-// The format and shapes every present expert of one MoE layer shares.
-struct ExpertLayout {
-  ExpertFormat format = ExpertFormat::dense;
-  int64_t hidden = 0;
-  int64_t inner = 0;
-};
-
-// A layer's routed experts as the backend reads them. `table` is backend memory mapping an
-// expert index to its weights (on the GPU: device pointers read by the kernels at run time, so
-// the residency manager can move experts without re-capturing graphs; empty on the CPU). An
-// absent expert's entry is null: moe_experts() treats the rows routed to it as contributing
-// nothing, exactly as if the router had not chosen it.
-struct ExpertSet {
-  ExpertLayout layout;
-  DType dense_dtype = DType::f32;      // dense layouts: the experts' dtype (BF16 or F32)
-  std::vector<ExpertWeights> experts;  // [experts], absent ones included
-  Tensor table;
-};
-
-// Checks that every present expert has `layout`'s format and shapes (dense: BF16 or F32, one
-// dtype for all; block formats: U8 code and scale planes, hidden and inner multiples of 32);
-// returns the dense dtype (F32 when none is present or the layout is a block format).
-DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts);
 
 // The per-row inputs of one forward (host memory, valid until the next begin_step). Row t
 // reads tokens[t] at positions[t] of sequence row_seq[t], whose block table is
@@ -172,6 +132,23 @@ class Backend {
   // Builds the expert table of one MoE layer (once, at load). Every present expert must have
   // `layout`'s format and shapes (and, dense, one dtype); absent ones are allowed.
   virtual ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) = 0;
+  // Points entries experts[i] of `set` at weights[i] (ExpertWeights{}: absent), each present one
+  // of set.layout; the table stays where it is, so captured graphs read the new entries.
+  virtual void expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
+                                 std::span<const ExpertWeights> weights) = 0;
+  // Memory for `count` experts of `layout` whose host rows are laid out as `row` (W2 or FP4).
+  virtual ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) = 0;
+  // Loads host rows (pinned memory from alloc_pinned() on CUDA: one batched copy) into slots
+  // ids[i], converted to the backend's layout; afterwards slots.weights[ids[i]] is that expert.
+  virtual void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
+                                 std::span<const uint8_t* const> rows) = 0;
+  // Host memory the backend copies from at full speed (page-locked on CUDA), 4 KiB aligned.
+  virtual std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) = 0;
+  // t = 0 (inside a captured graph too).
+  virtual void fill_zero(Tensor& t) = 0;
+  // Bytes the backend could still allocate (CUDA: its budget minus what it holds; CPU: the
+  // host's available memory).
+  virtual uint64_t memory_available() const = 0;
 
   virtual void begin_step(const StepInputs& step) = 0;
   // out[t, :] = table[step.tokens[t], :].
@@ -223,9 +200,11 @@ class Backend {
                       Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
   // to one expert are gathered and run together; accumulation order is fixed (expert index).
-  // A chosen id outside [0, experts) or naming an absent expert contributes nothing.
-  virtual void moe_experts(const Tensor& x, const ExpertSet& experts,
-                           const Tensor& expert_ids, const Tensor& weights, Tensor& out) = 0;
+  // A chosen id outside [0, experts) or naming an absent expert contributes nothing (absent ones
+  // are recorded in experts.tracking). accumulate: out += the sum, continuing from out's values
+  // (so that the experts of a layer run in ascending chunks give the one-run bits).
+  virtual void moe_experts(const Tensor& x, const ExpertSet& experts, const Tensor& expert_ids,
+                           const Tensor& weights, Tensor& out, bool accumulate = false) = 0;
   // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
   // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).
   virtual void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,

@@ -56,6 +56,9 @@ class BenchOps {
   // Best-of-several copy of `bytes` bytes inside the memory the backend computes from; returns
   // GB/s counting bytes read + written (the roofline the benchmarks compare against).
   virtual double copy_bandwidth(size_t bytes) = 0;
+  // Best-of-several copy of `bytes` bytes from page-locked host memory into the backend's memory
+  // (the ceiling of an expert fetch); GB/s of bytes moved. The CPU backend: a host copy.
+  virtual double upload_bandwidth(size_t bytes) = 0;
   // A bandwidth reference for benchmarks: reads every byte of the regions (16-byte aligned,
   // multiples of 16 bytes, at most 256) once, in one launch on the GPU; sink (one I32) = the XOR
   // of all their 32-bit words.

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/sequence_batch.h"
+#include "experts/expert_kpis.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
 
@@ -50,11 +51,28 @@ struct BenchFlags {
   int64_t decode_tokens = 32;
   int64_t batch = 1;
   double copy_gib = 1.0;
+  std::string dummy_routing = "uniform";
   bool profile = false;
   std::string json_out;
 };
 
 constexpr int64_t kBlockSize = 16;
+
+// "uniform" -> 0, "zipf:S" -> S (> 0).
+double zipf_exponent(const std::string& routing) {
+  if (routing == "uniform") return 0.0;
+  double s = -1.0;
+  if (routing.rfind("zipf:", 0) == 0) {
+    try {
+      size_t used = 0;
+      s = std::stod(routing.substr(5), &used);
+      if (used != routing.size() - 5) s = -1.0;
+    } catch (const std::exception&) {
+    }
+  }
+  MOET_CHECK(s > 0.0, "--dummy-routing: '{}' is neither uniform nor zipf:S with S > 0", routing);
+  return s;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -63,6 +81,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 struct DecodePass {
   double seconds = 0.0;
   std::vector<float> logits;  // every step's, in order
+  nlohmann::json experts;     // the expert cache's KPIs over the pass (tiered experts only)
 };
 
 // The backend's per-op profile of `passes` passes as JSON, per pass ("step": a decode step, or a
@@ -90,6 +109,10 @@ nlohmann::json profile_report(BenchOps& backend, const std::string& what, int64_
 
 void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
+  MOET_CHECK(flags.dummy_routing == "uniform" || !flags.config_file.empty(),
+             "--dummy-routing shapes invented routers: it needs --config");
+  ModelLoadOptions load_options = flags.experts.resolve(flags.batch);
+  load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
   auto backend = backend_create(flags.device);
   BenchOps& ops = bench_ops(*backend);
   const bool profile = flags.profile || flags.device.cuda_profile;
@@ -106,11 +129,11 @@ void run(const BenchFlags& flags) {
   if (!flags.model_dir.empty()) {
     checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(flags.model_dir));
     config = checkpoint->config();
-    model = model_load(*checkpoint, *backend, &stats, flags.experts.resolve());
+    model = model_load(*checkpoint, *backend, &stats, load_options);
   } else {
     config = json_read_file(flags.config_file);
     if (flags.layers > 0) config["num_hidden_layers"] = flags.layers;
-    model = model_load_random(config, *backend, 1234, &stats, flags.experts.resolve());
+    model = model_load_random(config, *backend, 1234, &stats, load_options);
   }
   const double load_seconds = seconds_since(load_start);
   const ModelConfig& mc = model->config();
@@ -127,18 +150,27 @@ void run(const BenchFlags& flags) {
   for (int64_t s = 0; s < batch; ++s)
     for (int64_t i = 0; i < prompt_len; ++i)
       sequences.sequence(s).tokens.push_back(int32_t((i * 7919 + s * 104729) % vocab));
+  const ExpertResidency* residency = model->experts().residency();
+  const ResidencyStats prefill_stats = residency ? residency->stats() : ResidencyStats{};
+  const ExpertStoreCounters prefill_store = residency ? residency->store().counters() : ExpertStoreCounters{};
   auto start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < batch; ++s) {
     const std::vector<float> logits = sequences.run_rows(s, 0, prompt_len, ChunkRows::last).output.logits;
     sequences.sequence(s).tokens.push_back(argmax(logits.data(), vocab));
   }
   const double prefill_seconds = seconds_since(start);
+  const nlohmann::json prefill_experts =
+      residency ? expert_kpi_json(expert_kpis(residency->stats(), prefill_stats, residency->store().counters(), prefill_store))
+                : nlohmann::json();
 
   // Decode steps at positions prompt_len .. prompt_len + steps - 1; the first pass appends the
-  // greedy tokens, later passes feed the same ones (and rewrite the same KV slots).
+  // greedy tokens, later passes feed the same ones (and rewrite the same KV slots). With the
+  // expert cache, each pass also reports its KPIs.
   const auto pass = [&](bool graphs_on, bool keep_logits) {
     backend->set_graphs(graphs_on);
     DecodePass result;
+    const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
+    const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
     if (keep_logits) result.logits.reserve(size_t(steps * batch * vocab));
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t pos = prompt_len + i;
@@ -152,6 +184,9 @@ void run(const BenchFlags& flags) {
       result.seconds += seconds_since(begin);
       if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
+    if (residency)
+      result.experts = expert_kpi_json(expert_kpis(residency->stats(), stats_before, residency->store().counters(),
+                                                   store_before));
     return result;
   };
 
@@ -171,11 +206,15 @@ void run(const BenchFlags& flags) {
       {"copy_gb_per_s", copy_gbs},
       {"cuda_graphs", graphs ? "on" : "off"},
   };
+  if (!flags.config_file.empty()) report["dummy_routing"] = flags.dummy_routing;
+  if (!prefill_experts.is_null()) report["experts_prefill"] = prefill_experts;
   double steps_per_s = 0.0, eager_steps_per_s = 0.0;
   if (graphs) {
     const DecodePass first = pass(true, true);  // captures every (batch, context bucket) graph
     const DecodePass timed = pass(true, true);
     const DecodePass eager = pass(false, true);
+    if (!timed.experts.is_null()) report["experts"] = timed.experts;
+    if (!first.experts.is_null()) report["experts_first_graph_pass"] = first.experts;
     steps_per_s = double(steps) / timed.seconds;
     eager_steps_per_s = double(steps) / eager.seconds;
     const auto same = [](const DecodePass& a, const DecodePass& b) {
@@ -193,7 +232,9 @@ void run(const BenchFlags& flags) {
     report["graph_replays"] = gs.replays;
     report["graph_failures"] = gs.failures;
   } else {
-    steps_per_s = double(steps) / pass(false, false).seconds;
+    const DecodePass timed = pass(false, false);
+    if (!timed.experts.is_null()) report["experts"] = timed.experts;
+    steps_per_s = double(steps) / timed.seconds;
   }
   const double achieved_gbs = bytes_per_step * steps_per_s / 1e9;
   report["decode_tokens_per_s"] = double(batch) * steps_per_s;
@@ -245,6 +286,10 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_option("--batch", flags->batch,
                   "sequences decoded together, one token each per step (tokens/s counts all of them; 1 to 1024)")
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  sub->add_option("--dummy-routing", flags->dummy_routing,
+                  "with --config: uniform (random routers: near-uniform expert use, a cache's worst case) or zipf:S "
+                  "(a fixed per-layer bias on the router logits so expert popularity follows Zipf(S), e.g. zipf:1.0); "
+                  "named in the report");
   sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);
   sub->add_flag("--profile", flags->profile,
                 "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "

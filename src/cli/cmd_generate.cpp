@@ -101,6 +101,7 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
                         {"prefill_tokens_per_s", prefill_rate},
                         {"decode_tokens_per_s", decode_rate}};
   if (tokenizer) out["text"] = tokenizer->decode(result.output_ids, true);
+  if (result.experts) out["experts"] = expert_kpi_json(*result.experts);
   return out;
 }
 

@@ -61,7 +61,7 @@ void run(ServeFlags flags) {
   } catch (const Error& e) {
     MOET_LOG_WARN("no chat template ({}); /v1/chat/completions will answer 400", e.what());
   }
-  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts});
+  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts}, flags.engine.max_num_seqs);
   AsyncEngine engine(*loaded.model, tokenizer, flags.engine);
   const EngineConfig& ec = engine.config();
   MOET_LOG_INFO("engine: max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens "

@@ -1,7 +1,26 @@
-// Expert storage flags (see expert_options.h).
+// Expert storage and residency flags (see expert_options.h).
 #include "cli/expert_options.h"
 
+#include "core/error.h"
+
 namespace moet::cli {
+namespace {
+
+// "auto" -> 0 (the caller's automatic size), else a non-negative number of GiB in bytes.
+uint64_t gib_or_auto(const std::string& flag, const std::string& value) {
+  if (value == "auto") return 0;
+  double gib = -1.0;
+  try {
+    size_t used = 0;
+    gib = std::stod(value, &used);
+    if (used != value.size()) gib = -1.0;
+  } catch (const std::exception&) {
+  }
+  MOET_CHECK(gib >= 0.0, "{}: '{}' is neither a size in GiB nor auto", flag, value);
+  return uint64_t(gib * double(uint64_t(1) << 30));
+}
+
+}  // namespace
 
 void ExpertOptions::add_to(CLI::App& sub) {
   sub.add_option("--experts", experts,
@@ -17,10 +36,72 @@ void ExpertOptions::add_to(CLI::App& sub) {
                  "keep quantized experts in pack files here: built on the first start, reused on "
                  "later ones (rebuilt when stale)")
       ->envname("MOET_PACK_DIR");
+  sub.add_option("--expert-cache-gb", cache_gb,
+                 "hold only this many GiB of routed experts on the device, the rest in a host store "
+                 "(--expert-store), fetched on a miss and the step run again, bit-identical to holding all; "
+                 "auto = what the memory budget leaves after weights, KV cache and 4 GiB for activations; "
+                 "0 = every expert resident (default)")
+      ->envname("MOET_EXPERT_CACHE_GB");
+  sub.add_option("--expert-cache-slots", cache_slots,
+                 "the expert cache as a number of experts instead of GiB (tests); 0 = use --expert-cache-gb")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-store", store,
+                 "where experts outside the cache live: ram (all rows in pinned host memory; the default), "
+                 "pack (read from the pack file in --pack-dir on every miss), arena (the pack behind a "
+                 "pinned cache of --expert-ram-gb)")
+      ->check(CLI::IsMember({"ram", "pack", "arena"}));
+  sub.add_option("--store-threads", store_threads, "pack / arena stores: threads reading the pack file")
+      ->check(CLI::Range(1, 256));
+  sub.add_flag("--pack-direct-io", direct_io,
+               "pack / arena stores: read the pack with O_DIRECT (bypasses the page cache: a hard host-memory "
+               "budget)");
+  sub.add_option("--expert-ram-gb", ram_gb,
+                 "arena store: GiB of pinned host memory caching pack rows (auto = 25% of the pack)");
+  sub.add_flag("--no-preheat", no_preheat,
+               "arena store: do not read the hot set the last run saved (<pack>.heat.json) into the arena at boot");
+  sub.add_option("--miss-tolerance", miss_tolerance,
+                 "run a step again only when more than this many (layer, expert) pairs were missing (0 = always; "
+                 "above 0 the output may differ from holding every expert)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--max-replays", max_replays,
+                 "runs of a step after the first at most while experts are missing; then the misses are "
+                 "accepted (logged once)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-eviction", eviction,
+                 "which cached expert a fetch replaces: lru (least recently used) or frequency (least used, "
+                 "counts decayed every step)")
+      ->check(CLI::IsMember({"lru", "frequency"}));
+  sub.add_option("--kpi-every", kpi_every, "steps between expert-cache KPI log lines (0 = none)")
+      ->check(CLI::NonNegativeNumber);
 }
 
-ModelLoadOptions ExpertOptions::resolve() const {
-  return {expert_mode_parse(experts), zero_mode_parse(zero_mode), pack_dir};
+ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
+  ModelLoadOptions options{expert_mode_parse(experts), zero_mode_parse(zero_mode), pack_dir, {}};
+  const uint64_t cache_bytes = gib_or_auto("--expert-cache-gb", cache_gb);
+  const bool cache_on = cache_slots > 0 || cache_gb == "auto" || cache_bytes > 0;
+  const bool store_flags = store != "ram" || direct_io || ram_gb != "auto" || no_preheat;
+  MOET_CHECK(cache_on || !store_flags, "--expert-store and its flags need the expert cache (--expert-cache-gb or "
+                                       "--expert-cache-slots)");
+  if (!cache_on) return options;
+  MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts: not with --experts native");
+  MOET_CHECK(store == "ram" || !pack_dir.empty(), "--expert-store {} reads the pack file: give --pack-dir", store);
+  MOET_CHECK(store == "arena" || (ram_gb == "auto" && !no_preheat), "--expert-ram-gb and --no-preheat are for "
+                                                                   "--expert-store arena");
+  TieringConfig t;
+  t.residency.slots = cache_slots;
+  t.residency.cache_bytes = cache_slots > 0 ? 0 : cache_bytes;
+  t.residency.miss_tolerance = miss_tolerance;
+  t.residency.max_replays = max_replays;
+  t.residency.policy = victim_policy_parse(eviction);
+  t.residency.max_step_rows = max_step_rows;
+  t.residency.kpi_every = kpi_every;
+  t.store.kind = expert_store_parse(store);
+  t.store.threads = store_threads;
+  t.store.direct_io = direct_io;
+  t.store.arena_bytes = gib_or_auto("--expert-ram-gb", ram_gb);
+  t.store.preheat = !no_preheat;
+  options.tiering = t;
+  return options;
 }
 
 }  // namespace moet::cli

@@ -1,5 +1,8 @@
 // The flags that say how routed experts are stored (--experts native|w2|fp4, --zero-mode,
-// --pack-dir), shared by every subcommand that loads a model.
+// --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
+// residency: --expert-cache-gb / --expert-cache-slots, --expert-store and its knobs, the miss
+// protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every), shared by every
+// subcommand that loads a model.
 #pragma once
 
 #include "experts/expert_loader.h"
@@ -14,9 +17,22 @@ struct ExpertOptions {
   std::string experts = "w2";
   std::string zero_mode = "auto";
   std::string pack_dir;
+  std::string cache_gb = "0";  // GiB, "auto", or 0 = every expert resident
+  int64_t cache_slots = 0;
+  std::string store = "ram";
+  int store_threads = 8;
+  bool direct_io = false;
+  std::string ram_gb = "auto";
+  bool no_preheat = false;
+  int64_t miss_tolerance = 0;
+  int64_t max_replays = 4;
+  std::string eviction = "lru";
+  int64_t kpi_every = 500;
 
   void add_to(CLI::App& sub);
-  ModelLoadOptions resolve() const;
+  // max_step_rows: the most decode rows one step of this command can have (the engine's
+  // max_num_seqs; the bench's batch): the expert cache must hold one such step's largest layer.
+  ModelLoadOptions resolve(int64_t max_step_rows = 1) const;
 };
 
 }  // namespace moet::cli

@@ -76,11 +76,11 @@ void ModelOptions::add_to(CLI::App& sub) {
   experts.add_to(sub);
 }
 
-LoadedModel load_model(const ModelOptions& options) {
+LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows) {
   LoadedModel loaded;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);
-  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, options.experts.resolve());
+  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, options.experts.resolve(max_step_rows));
   return loaded;
 }
 

@@ -50,6 +50,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
 };
 
-LoadedModel load_model(const ModelOptions& options);
+// max_step_rows: the most decode rows one step of the command has (see ExpertOptions::resolve).
+LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1);
 
 }  // namespace moet::cli

@@ -222,8 +222,10 @@ int64_t EngineCore::step() {
 }
 
 EngineStats EngineCore::stats() const {
-  return {scheduler_.num_running(), scheduler_.num_waiting(), preemptions_, computed_tokens_, generated_tokens_,
-          top_logits_steps_, pool_.stats()};
+  EngineStats s{scheduler_.num_running(), scheduler_.num_waiting(), preemptions_, computed_tokens_, generated_tokens_,
+                top_logits_steps_, pool_.stats(), std::nullopt};
+  if (const ExpertResidency* residency = model_.experts().residency()) s.experts = residency->kpis();
+  return s;
 }
 
 }  // namespace moet

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "experts/expert_kpis.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_runner.h"
@@ -48,6 +49,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;  // total tokens sampled
   int64_t top_logits_steps = 0;  // total steps sampled from their rows' best logits only
   KvPoolStats kv;
+  std::optional<ExpertKpis> experts;  // the expert cache's, since start (tiered experts only)
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

@@ -30,6 +30,9 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   params.prompt_logits = true;
 
   GenerateResult result;
+  const ExpertResidency* residency = model.experts().residency();
+  const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
+  const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_token = start, last_token = start;
@@ -46,6 +49,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   while (engine.has_work()) engine.step();
   result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
   result.decode_seconds = std::chrono::duration<double>(last_token - first_token).count();
+  if (residency) result.experts = expert_kpis(residency->stats(), stats_before, residency->store().counters(), store_before);
   return result;
 }
 

@@ -4,9 +4,11 @@
 #pragma once
 
 #include "engine/sampler.h"
+#include "experts/expert_kpis.h"
 #include "models/model.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ struct GenerateResult {
   std::string finish_reason;         // "length" | "stop"
   double prefill_seconds = 0.0;      // until the first token was sampled
   double decode_seconds = 0.0;       // from then to the last
+  std::optional<ExpertKpis> experts; // the expert cache over this request (tiered experts only)
 };
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,

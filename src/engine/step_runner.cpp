@@ -26,12 +26,37 @@ int64_t select_rows(ChunkRows rows, const ScheduledChunk& chunk, int32_t first, 
   return chunk.count;
 }
 
+// The tiered experts' protocol as the runner's hook: the residency decides how each pass runs
+// (a graph, or eagerly layer by layer) and, after it, whether to fetch and run the step again.
+class ResidencyHook final : public StepHook {
+ public:
+  explicit ResidencyHook(ExpertResidency& residency) : residency_(residency) { residency_.allocate(); }
+  bool before_pass(const StepPlan& plan, int64_t, bool recurring) override {
+    int64_t rows = 0;
+    for (const ScheduledChunk& chunk : plan.chunks) rows += chunk.count;
+    return residency_.begin_pass(rows, recurring);
+  }
+  StepDecision after_pass(const StepPlan&, const StepOutput&, int64_t pass) override {
+    return residency_.after_pass(pass) ? StepDecision::again : StepDecision::done;
+  }
+
+ private:
+  ExpertResidency& residency_;
+};
+
 }  // namespace
 
 StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size)
     : model_(model),
       cache_(kv_cache_create(model.backend(), model.kv_layer_specs(), blocks, block_size)),
-      id_(next_runner_id++) {}
+      id_(next_runner_id++) {
+  if (ExpertResidency* residency = model.experts().residency()) {
+    residency_ = std::make_unique<ResidencyHook>(*residency);
+    hooks_.push_back(residency_.get());
+  }
+}
+
+StepRunner::~StepRunner() = default;
 
 ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) const {
   ForwardBatch batch;
@@ -84,13 +109,12 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
   const bool recurring = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
     return chunk.count == 1 && chunk.logits != ChunkRows::none && (chunk.logits != ChunkRows::if_sampling || chunk.samples());
   });
-  GraphKey key;
-  if (recurring) {
-    key = graph_key(batch);
-    batch.graph = &key;
-  }
+  const GraphKey key = recurring ? graph_key(batch) : GraphKey{};
   ++stats_.steps;
   for (;;) {
+    bool graph = recurring;
+    for (StepHook* hook : hooks_) graph = hook->before_pass(plan, outcome.passes, recurring) && graph;
+    batch.graph = graph ? &key : nullptr;
     outcome.output = model_.forward(batch, cache_);
     const int64_t pass = outcome.passes++;
     ++stats_.passes;

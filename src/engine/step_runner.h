@@ -9,7 +9,9 @@
 //
 // Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
 // CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit and
-// hidden rows and the top-logits width (the backend adds rows, sequences and table stride).
+// hidden rows and the top-logits width (the backend adds rows, sequences and table stride),
+// unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
+// the runner's first hook is the residency protocol: misses fetched, the step run again.
 #pragma once
 
 #include "engine/scheduler.h"
@@ -17,6 +19,7 @@
 #include "models/model.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace moet {
@@ -27,6 +30,12 @@ enum class StepDecision { done, again };
 class StepHook {
  public:
   virtual ~StepHook() = default;
+  // Before pass `pass` of `plan` (recurring: a decode step the runner would capture); false:
+  // this pass must run eagerly (the hook decides on the host inside the forward).
+  virtual bool before_pass(const StepPlan& plan, int64_t pass, bool recurring) {
+    (void)plan, (void)pass, (void)recurring;
+    return true;
+  }
   // Called after pass `pass` (0 for the first) of `plan` with that pass's output, before
   // sampling; `again` runs the step once more (the hook has changed what it needed to).
   virtual StepDecision after_pass(const StepPlan& plan, const StepOutput& output, int64_t pass) = 0;
@@ -50,6 +59,7 @@ class StepRunner {
  public:
   // The KV cache: `blocks` blocks of `block_size` slots for every layer's spec.
   StepRunner(Model& model, int64_t blocks, int64_t block_size);
+  ~StepRunner();
 
   // Hooks are asked in the order added; any `again` runs the step again.
   void add_hook(StepHook* hook) { hooks_.push_back(hook); }
@@ -70,6 +80,7 @@ class StepRunner {
   Model& model_;
   KvCache cache_;
   int64_t id_;  // unique per runner in the process (graph keys)
+  std::unique_ptr<StepHook> residency_;  // the tiered experts' protocol (first of hooks_)
   std::vector<StepHook*> hooks_;
   StepRunnerStats stats_;
 };

@@ -40,22 +40,44 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
     : checkpoint_(checkpoint), config_(config), options_(options), pool_(0) {
   if (options_.experts == ExpertMode::native) return;
   const StoreFormat format = store_format_of(options_.experts);
+  spec_ = checkpoint_ != nullptr ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode)
+                                 : random_pack_spec(config_, format);
+  slot_.resize(spec_->layout().stride);
+  if (options_.pack_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.pack_dir, ec);
+  MOET_CHECK(!ec, "pack directory {} cannot be made: {}", options_.pack_dir.string(), ec.message());
+  paths_ = moet::pack_paths(options_.pack_dir, format, 0, 1);
+  const bool built = checkpoint_ != nullptr
+                         ? pack_ensure(*paths_, *spec_, checkpoint_expert_sources(*checkpoint_, config_), pool_)
+                         : pack_ensure_rows(*paths_, *spec_, [this](int64_t, int64_t, uint8_t* slot) { fill_random(slot); });
+  if (!built) MOET_LOG_INFO("reusing {} pack {} (quantization skipped)", store_format_name(format), paths_->pack.string());
+  reader_ = PackReader::open(*paths_, *spec_);
+}
+
+// Invented experts' packs are identified by the shapes they were invented for (the invention
+// is deterministic: the same config gives the same bytes).
+PackSpec ExpertLoader::random_pack_spec(const ModelConfig& config, StoreFormat format) {
   PackSpec spec;
-  if (checkpoint_ != nullptr) {
-    spec = pack_spec_for(*checkpoint_, config_, format, options_.zero_mode);
-  } else {
-    spec.format = format;
-    spec.hidden = config_.hidden_size;
-    spec.intermediate = config_.moe_intermediate_size;
-  }
-  spec_ = spec;
-  slot_.resize(spec.layout().stride);
-  if (checkpoint_ == nullptr || options_.pack_dir.empty()) return;
-  std::filesystem::create_directories(options_.pack_dir);
-  const PackPaths paths = pack_paths(options_.pack_dir, format, 0, 1);
-  if (!pack_ensure(paths, spec, checkpoint_expert_sources(*checkpoint_, config_), pool_))
-    MOET_LOG_INFO("reusing {} pack {} (quantization skipped)", store_format_name(format), paths.pack.string());
-  reader_ = PackReader::open(paths, spec);
+  spec.format = format;
+  spec.hidden = config.hidden_size;
+  spec.intermediate = config.moe_intermediate_size;
+  spec.n_layers = config.num_hidden_layers;
+  spec.n_experts = config.n_routed_experts;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+    if (config.layer_is_moe[size_t(l)]) spec.layers.push_back(l);
+  spec.identity = fmt::format("random-v1:{}x{}x{}x{}", config.num_hidden_layers, config.n_routed_experts,
+                              config.hidden_size, config.moe_intermediate_size);
+  return spec;
+}
+
+// Random experts: arbitrary codes, scales near 2^-6 so activations stay finite. Filled on every
+// core: full-size shapes are tens of GB of codes.
+void ExpertLoader::fill_random(uint8_t* slot) {
+  const SlotLayout layout = spec_->layout();
+  random_.fill(slot, layout.stride, pool_);
+  std::memset(slot + layout.scales13, 121, layout.codes2 - layout.scales13);
+  std::memset(slot + layout.scales2, 121, layout.slot_bytes - layout.scales2);
 }
 
 ExpertLoader::~ExpertLoader() = default;
@@ -67,15 +89,25 @@ ExpertLayout ExpertLoader::layout() const {
   return {format, config_.hidden_size, config_.moe_intermediate_size};
 }
 
-ExpertWeights ExpertLoader::load(ExpertUploadSink& sink, int64_t layer, int64_t expert) {
+ExpertRowLayout ExpertLoader::row_layout() const {
+  MOET_CHECK(spec_.has_value(), "--experts native has no pack rows (tiered residency needs w2 or fp4)");
+  const SlotLayout l = spec_->layout();
+  return {l.codes13, l.scales13, l.codes2, l.scales2, l.slot_bytes};
+}
+
+void ExpertLoader::mark_used(ExpertUploadSink& sink, int64_t layer, int64_t expert) const {
+  if (checkpoint_ == nullptr) return;
   const auto names = config_.expert_tensor_names(layer, expert);
-  const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
-  if (!spec_)  // native: dense, quantized sources decoded exactly by the weight loader
-    return {sink.dense_stacked(names.gate, names.up, {inner, hidden}), sink.dense(names.down, {hidden, inner})};
+  for (const auto* name : {&names.gate, &names.up, &names.down}) sink.mark_used(*name);
+}
+
+void ExpertLoader::fill_slot(ExpertUploadSink& sink, int64_t layer, int64_t expert) {
   if (reader_) {
     const PackRead read{layer, expert, slot_.data()};
     reader_->read({&read, 1});
   } else if (checkpoint_ != nullptr) {
+    const auto names = config_.expert_tensor_names(layer, expert);
+    const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
     ExpertSources sources{checkpoint_source_view(*checkpoint_, names.gate), checkpoint_source_view(*checkpoint_, names.up),
                           checkpoint_source_view(*checkpoint_, names.down)};
     check_shape(sources.gate, inner, hidden);
@@ -83,15 +115,22 @@ ExpertWeights ExpertLoader::load(ExpertUploadSink& sink, int64_t layer, int64_t 
     check_shape(sources.down, hidden, inner);
     pack_quantize_slot(*spec_, sources, pool_, slot_.data());
   } else {
-    // Random experts: arbitrary codes, scales near 2^-6 so activations stay finite. Filled on
-    // every core: full-size shapes are tens of GB of codes.
-    random_.fill(slot_.data(), slot_.size(), pool_);
-    const SlotLayout layout = spec_->layout();
-    std::memset(slot_.data() + layout.scales13, 121, layout.codes2 - layout.scales13);
-    std::memset(slot_.data() + layout.scales2, 121, layout.slot_bytes - layout.scales2);
+    fill_random(slot_.data());
   }
-  if (checkpoint_ != nullptr)
-    for (const auto* name : {&names.gate, &names.up, &names.down}) sink.mark_used(*name);
+  mark_used(sink, layer, expert);
+}
+
+void ExpertLoader::load_row(ExpertUploadSink& sink, int64_t layer, int64_t expert, uint8_t* row) {
+  fill_slot(sink, layer, expert);
+  std::memcpy(row, slot_.data(), spec_->layout().slot_bytes);
+}
+
+ExpertWeights ExpertLoader::load(ExpertUploadSink& sink, int64_t layer, int64_t expert) {
+  const auto names = config_.expert_tensor_names(layer, expert);
+  const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
+  if (!spec_)  // native: dense, quantized sources decoded exactly by the weight loader
+    return {sink.dense_stacked(names.gate, names.up, {inner, hidden}), sink.dense(names.down, {hidden, inner})};
+  fill_slot(sink, layer, expert);
   return from_slot(sink, slot_.data(), names.gate);
 }
 

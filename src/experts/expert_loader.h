@@ -16,6 +16,7 @@
 #include "formats/mx_block.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "experts/residency.h"
 #include "io/pack_reader.h"
 
 #include <filesystem>
@@ -34,6 +35,8 @@ struct ModelLoadOptions {
   ExpertMode experts = ExpertMode::w2;
   ZeroMode zero_mode = ZeroMode::automatic;
   std::filesystem::path pack_dir;  // empty: quantize at every load
+  std::optional<TieringConfig> tiering;  // the backend as a cache of experts (w2 / fp4 only)
+  double dummy_zipf = 0.0;  // invented models (model_load_random): routers skewed to Zipf(this); 0: uniform
 };
 
 // Where the loader's tensors go: backend memory, counted as routed-expert bytes.
@@ -57,16 +60,31 @@ class ExpertLoader {
   ~ExpertLoader();
   // The format and shapes every expert this loader makes has.
   ExpertLayout layout() const;
+  // The expert uploaded into backend memory.
   ExpertWeights load(ExpertUploadSink& sink, int64_t layer, int64_t expert);
+  // W2 / FP4: where the planes sit in a row (a pack slot), and the row of (layer, expert) into
+  // `row` (row_layout().bytes); both mark its checkpoint tensors used in `sink`, as mark_used()
+  // does alone (for experts a pack store serves).
+  ExpertRowLayout row_layout() const;
+  void load_row(ExpertUploadSink& sink, int64_t layer, int64_t expert, uint8_t* row);
+  void mark_used(ExpertUploadSink& sink, int64_t layer, int64_t expert) const;
+  // With a pack directory: the pack (built or checked at construction) and what it must match.
+  const std::optional<PackPaths>& pack_paths() const { return paths_; }
+  const std::optional<PackSpec>& pack_spec() const { return spec_; }
 
  private:
+  static PackSpec random_pack_spec(const ModelConfig& config, StoreFormat format);
   ExpertWeights from_slot(ExpertUploadSink& sink, const uint8_t* slot, const std::string& name) const;
+  // slot_ = the expert's slot (from the pack, quantized, or invented).
+  void fill_slot(ExpertUploadSink& sink, int64_t layer, int64_t expert);
+  void fill_random(uint8_t* slot);
 
   const Checkpoint* checkpoint_;
   const ModelConfig& config_;
   ModelLoadOptions options_;
   ThreadPool pool_;
   std::optional<PackSpec> spec_;           // w2 / fp4
+  std::optional<PackPaths> paths_;         // with a pack directory
   std::unique_ptr<PackReader> reader_;     // with a pack directory
   std::vector<uint8_t> slot_;
   RandomBytes random_{0x9e3779b97f4a7c15ull};

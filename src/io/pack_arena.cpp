@@ -26,30 +26,45 @@ ArenaMemory& arena_memory_aligned() {
   return memory;
 }
 
-PackArena::PackArena(PackReader& reader, size_t slots, ArenaMemory& memory)
-    : reader_(reader), memory_(memory), slots_(slots), slot_key_(slots, UINT64_MAX) {
+PackArena::PackArena(PackReader& reader, size_t slots, ArenaMemory& memory, size_t bypass)
+    : reader_(reader), memory_(memory), slots_(slots), bypass_(bypass), slot_key_(slots, UINT64_MAX) {
   MOET_CHECK(slots > 0, "arena: needs at least one slot");
-  data_ = memory_.allocate(slots * reader.stride());
+  data_ = memory_.allocate((slots + bypass) * reader.stride());
   for (size_t i = 0; i < slots; ++i) lru_.push_back(i);
   for (auto it = lru_.begin(); it != lru_.end(); ++it) position_.push_back(it);
 }
 
-PackArena::~PackArena() { memory_.release(data_, slots_ * reader_.stride()); }
+PackArena::~PackArena() { memory_.release(data_, (slots_ + bypass_) * reader_.stride()); }
+
+std::vector<ExpertKey> PackArena::recent() const {
+  std::vector<ExpertKey> keys;
+  for (size_t slot : lru_)
+    if (slot_key_[slot] != UINT64_MAX) keys.push_back({int64_t(slot_key_[slot] >> 32), int64_t(slot_key_[slot] & 0xffffffffu)});
+  return keys;
+}
 
 const uint8_t* PackArena::lookup(ExpertKey key) const {
   const auto it = slot_of_.find(key_id(key));
   return it == slot_of_.end() ? nullptr : data_ + it->second * reader_.stride();
 }
 
-std::vector<const uint8_t*> PackArena::fetch(std::span<const ExpertKey> keys) {
+std::vector<const uint8_t*> PackArena::fetch(std::span<const ExpertKey> keys, bool evict) {
   std::unordered_set<uint64_t> batch;
   for (const ExpertKey& k : keys) batch.insert(key_id(k));
-  MOET_CHECK(batch.size() <= slots_, "arena: a batch of {} rows does not fit {} slots", batch.size(), slots_);
+  MOET_CHECK(batch.size() <= slots_ + (evict ? 0 : bypass_), "arena: a batch of {} rows does not fit {} slots",
+             batch.size(), slots_ + (evict ? 0 : bypass_));
   std::vector<const uint8_t*> out(keys.size(), nullptr);
   std::vector<PackRead> reads;
   std::unordered_map<uint64_t, size_t> placed;  // misses already given a slot in this batch
-  // Victims come from the LRU tail, skipping slots that hold a key of this batch.
+  // Victims come from the LRU tail, skipping slots that hold a key of this batch; without
+  // eviction, only free slots are taken and the other misses go to the bypass slots.
   auto victim = lru_.end();
+  std::vector<size_t> free_slots;
+  if (!evict)
+    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it)
+      if (slot_key_[*it] == UINT64_MAX) free_slots.push_back(*it);
+  size_t next_free = 0, bypassed = 0;
+  std::unordered_map<uint64_t, size_t> bypass_of;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t id = key_id(keys[i]);
     auto it = slot_of_.find(id);
@@ -57,11 +72,24 @@ std::vector<const uint8_t*> PackArena::fetch(std::span<const ExpertKey> keys) {
     if (it != slot_of_.end()) {
       slot = it->second;
       if (!placed.count(id)) ++hits_;
+    } else if (const auto b = bypass_of.find(id); b != bypass_of.end()) {
+      slot = b->second;
+    } else if (!evict && next_free == free_slots.size()) {  // no free slot left: read around the cache
+      MOET_CHECK(bypassed < bypass_, "arena: a scan of more than {} uncached rows does not fit its bypass slots",
+                 bypass_);
+      slot = slots_ + bypassed++;
+      bypass_of[id] = slot;
+      ++misses_;
+      reads.push_back({keys[i].layer, keys[i].expert, data_ + slot * reader_.stride()});
     } else {
-      do {
-        --victim;
-      } while (batch.count(slot_key_[*victim]));
-      slot = *victim;
+      if (evict) {
+        do {
+          --victim;
+        } while (batch.count(slot_key_[*victim]));
+        slot = *victim;
+      } else {
+        slot = free_slots[next_free++];
+      }
       if (slot_key_[slot] != UINT64_MAX) slot_of_.erase(slot_key_[slot]);
       slot_key_[slot] = id;
       slot_of_[id] = slot;
@@ -71,10 +99,10 @@ std::vector<const uint8_t*> PackArena::fetch(std::span<const ExpertKey> keys) {
     }
     out[i] = data_ + slot * reader_.stride();
   }
-  // Most recent first: move the batch's slots to the front (in reverse so keys[0] ends first).
+  // Most recent first: move the batch's cached slots to the front (in reverse so keys[0] ends first).
   for (size_t i = keys.size(); i-- > 0;) {
-    const size_t slot = slot_of_.at(key_id(keys[i]));
-    lru_.splice(lru_.begin(), lru_, position_[slot]);
+    const auto it = slot_of_.find(key_id(keys[i]));
+    if (it != slot_of_.end()) lru_.splice(lru_.begin(), lru_, position_[it->second]);
   }
   try {
     if (!reads.empty()) reader_.read(reads);

@@ -2,7 +2,9 @@
 // fetch() makes a batch of (layer, expert) rows resident, reading all misses with one
 // PackReader::read into the least recently used slots not in the batch, and returns pointers
 // into the arena (zero-copy on hits). Pointers stay valid until the next fetch(). A batch larger
-// than the arena is an error. Memory comes from an ArenaMemory: plain 4 KiB aligned memory by
+// than the arena is an error. A fetch with evict = false (a prefill scanning many experts) puts
+// its misses only in free slots and reads the rest into `bypass` slots outside the cache, so it
+// never displaces what decode keeps hot; a batch may then hold at most `bypass` such rows. Memory comes from an ArenaMemory: plain 4 KiB aligned memory by
 // default; the CUDA backend passes a pinned allocator so slots are direct sources for H2D copies.
 #pragma once
 
@@ -32,14 +34,17 @@ struct ExpertKey {
 
 class PackArena {
  public:
-  PackArena(PackReader& reader, size_t slots, ArenaMemory& memory = arena_memory_aligned());
+  PackArena(PackReader& reader, size_t slots, ArenaMemory& memory = arena_memory_aligned(), size_t bypass = 0);
   ~PackArena();
   PackArena(const PackArena&) = delete;
   PackArena& operator=(const PackArena&) = delete;
 
-  std::vector<const uint8_t*> fetch(std::span<const ExpertKey> keys);
+  std::vector<const uint8_t*> fetch(std::span<const ExpertKey> keys, bool evict = true);
   // The resident row of key or nullptr; does not touch the LRU order.
   const uint8_t* lookup(ExpertKey key) const;
+  // The cached keys, most recently used first.
+  std::vector<ExpertKey> recent() const;
+  size_t slots() const { return slots_; }
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
 
@@ -48,8 +53,8 @@ class PackArena {
 
   PackReader& reader_;
   ArenaMemory& memory_;
-  size_t slots_;
-  uint8_t* data_;
+  size_t slots_, bypass_;
+  uint8_t* data_;  // [slots_ + bypass_] strides
   std::list<size_t> lru_;  // front = most recent
   std::vector<std::list<size_t>::iterator> position_;
   std::vector<uint64_t> slot_key_;  // key id per slot, UINT64_MAX when empty

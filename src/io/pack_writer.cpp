@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -74,8 +75,7 @@ void remove_dead_temps(const PackPaths& paths) {
   }
 }
 
-void build_locked(const PackPaths& paths, const PackSpec& spec, const ExpertSourceFn& sources,
-                  ThreadPool& pool, bool show_progress) {
+void build_locked(const PackPaths& paths, const PackSpec& spec, const PackRowFn& rows, bool show_progress) {
   remove_dead_temps(paths);
   const SlotLayout layout = spec.layout();
   const std::string suffix = ".tmp." + std::to_string(::getpid());
@@ -93,7 +93,8 @@ void build_locked(const PackPaths& paths, const PackSpec& spec, const ExpertSour
     std::vector<uint8_t> slot(layout.stride, 0);
     for (int64_t layer : spec.layers) {
       for (int64_t e = 0; e < spec.expert_count(); ++e) {
-        pack_quantize_slot(spec, sources(layer, spec.expert_begin() + e), pool, slot.data());
+        std::fill(slot.begin(), slot.end(), uint8_t(0));
+        rows(layer, spec.expert_begin() + e, slot.data());
         write_all(fd.fd, slot.data(), layout.stride, spec.row_offset(layer, e), pack_tmp.string());
         if (progress) progress->advance(layout.slot_bytes);
       }
@@ -112,6 +113,13 @@ void build_locked(const PackPaths& paths, const PackSpec& spec, const ExpertSour
   std::filesystem::rename(pack_tmp, paths.pack);
   std::filesystem::rename(sidecar_tmp, paths.sidecar);
   sync_dir(paths.pack.parent_path());
+}
+
+// The slots of a checkpoint's experts: quantized from their sources.
+PackRowFn quantized_rows(const PackSpec& spec, const ExpertSourceFn& sources, ThreadPool& pool) {
+  return [&spec, &sources, &pool](int64_t layer, int64_t expert, uint8_t* slot) {
+    pack_quantize_slot(spec, sources(layer, expert), pool, slot);
+  };
 }
 
 }  // namespace
@@ -143,11 +151,15 @@ void pack_build(const PackPaths& paths, const PackSpec& spec, const ExpertSource
                 ThreadPool& pool, bool progress) {
   std::filesystem::create_directories(paths.pack.parent_path());
   FileLock lock(paths.lock);
-  build_locked(paths, spec, sources, pool, progress);
+  build_locked(paths, spec, quantized_rows(spec, sources, pool), progress);
 }
 
 bool pack_ensure(const PackPaths& paths, const PackSpec& spec, const ExpertSourceFn& sources,
                  ThreadPool& pool, bool progress) {
+  return pack_ensure_rows(paths, spec, quantized_rows(spec, sources, pool), progress);
+}
+
+bool pack_ensure_rows(const PackPaths& paths, const PackSpec& spec, const PackRowFn& rows, bool progress) {
   if (pack_check(paths, spec).empty()) return false;
   std::filesystem::create_directories(paths.pack.parent_path());
   FileLock lock(paths.lock);
@@ -157,7 +169,7 @@ bool pack_ensure(const PackPaths& paths, const PackSpec& spec, const ExpertSourc
     return false;
   }
   MOET_LOG_INFO("pack {} is stale ({}): rebuilding", paths.pack.string(), reason);
-  build_locked(paths, spec, sources, pool, progress);
+  build_locked(paths, spec, rows, progress);
   return true;
 }
 

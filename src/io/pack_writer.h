@@ -21,6 +21,9 @@ struct ExpertSources {
 };
 // Called for each (layer, global expert index) to be packed; may be called from one thread only.
 using ExpertSourceFn = std::function<ExpertSources(int64_t layer, int64_t expert)>;
+// Fills the slot (layout().stride bytes, zeroed) of (layer, global expert index) directly: packs
+// of slots that come from no checkpoint (invented experts); called in (layer, expert) order.
+using PackRowFn = std::function<void(int64_t layer, int64_t expert, uint8_t* slot)>;
 
 // Quantizes one expert into a slot buffer of layout.slot_bytes (the W2 or FP4 slot layout).
 void pack_quantize_slot(const PackSpec& spec, const ExpertSources& sources, ThreadPool& pool,
@@ -34,5 +37,7 @@ void pack_build(const PackPaths& paths, const PackSpec& spec, const ExpertSource
 // the pack is stale, builds it and returns true.
 bool pack_ensure(const PackPaths& paths, const PackSpec& spec, const ExpertSourceFn& sources,
                  ThreadPool& pool, bool progress = true);
+// The same from slots made by `rows`.
+bool pack_ensure_rows(const PackPaths& paths, const PackSpec& spec, const PackRowFn& rows, bool progress = true);
 
 }  // namespace moet

@@ -101,6 +101,7 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   Tensor normed = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
   const float eps = float(config_.rms_norm_eps);
+  experts_.begin_forward();
   // Each block's output joins the residual stream in one op with the norm that follows it.
   backend_.embedding(embed_, residual);
   backend_.rmsnorm(residual, layers_.front().input_norm, eps, normed);

@@ -36,24 +36,25 @@ class Moe final : public FfnBlock {
     const std::string p = c.moe_prefix(layer);
     const int64_t hidden = c.hidden_size, inner = c.moe_intermediate_size, count = c.n_routed_experts;
     router_ = loader.weight(p + "gate.weight", {count, hidden});
+    router_bias_ = loader.router_bias(layer, count);
     params_ = {count, top_k_, c.scoring == RouterScoring::sigmoid, c.norm_topk_prob,
                float(c.routed_scaling_factor), c.n_group, c.topk_group, nullptr};
     if (c.has_correction_bias) {
       bias_ = loader.weight_f32(p + "gate.e_score_correction_bias", {count});
       params_.correction_bias = bias_.as<float>();
     }
-    pool.load_layer(layer, experts.layout(), [&](int64_t e) { return experts.load(loader, layer, e); });
+    pool.load_layer(layer, experts, loader);
     if (c.n_shared_experts > 0)
       shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts);
   }
 
   void forward(Backend& b, const Tensor& x, Tensor& out) override {
     Tensor logits = b.alloc({x.rows(), params_.experts});
-    b.matmul(x, router_, nullptr, logits);
+    b.matmul(x, router_, &router_bias_, logits);
     Tensor expert_ids = b.alloc({x.rows(), top_k_}, DType::i32);
     Tensor weights = b.alloc({x.rows(), top_k_});
     b.router(params_, logits, expert_ids, weights);
-    b.moe_experts(x, pool_.layer(layer_), expert_ids, weights, out);
+    pool_.run(layer_, x, expert_ids, weights, out);
     if (shared_) {
       Tensor shared_out = b.alloc({x.rows(), x.cols()});
       shared_->forward(b, x, shared_out);
@@ -64,7 +65,7 @@ class Moe final : public FfnBlock {
  private:
   int64_t top_k_, layer_;
   ExpertPool& pool_;
-  Tensor router_, bias_;
+  Tensor router_, router_bias_, bias_;
   RouterParams params_{};
   std::unique_ptr<FfnBlock> shared_;
 };

@@ -13,8 +13,12 @@ namespace {
 // block (its routed experts through `experts` into the model's pool) or the dense MLP
 // (intermediate_size) as config.layer_is_moe says.
 std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& config, WeightLoader& loader,
-                                     ExpertLoader& experts, Backend& backend) {
+                                     ExpertLoader& experts, Backend& backend, const ModelLoadOptions& options) {
   auto model = std::make_unique<DecoderModel>(config, backend);
+  if (options.tiering) {
+    MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts, not --experts native");
+    model->experts().plan_tiering(*options.tiering);
+  }
   model->load_common(loader);
   Progress progress("loading layers", uint64_t(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -27,6 +31,7 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
     progress.advance(1);
   }
   progress.finish();
+  if (options.tiering) model->experts().start_tiering(experts, loader, config.num_experts_per_tok);
   model->finish_load();
   return model;
 }
@@ -41,7 +46,7 @@ std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend
                 expert_mode_name(options.experts), checkpoint.dir().string(), backend.name());
   WeightLoader loader(checkpoint, backend);
   ExpertLoader experts(&checkpoint, config, options);
-  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend);
+  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend, options);
   loader.report_unused();
   if (stats) *stats = loader.stats();
   return model;
@@ -56,9 +61,9 @@ std::unique_ptr<Model> model_load_random(const nlohmann::json& config_json, Back
   // DeepSeek-V3-style configs mark their FP8-block checkpoints {"quant_method": "fp8", ...}.
   const bool fp8_dense = config.quantization_config.is_object() &&
                          config.quantization_config.value("quant_method", "") == "fp8";
-  WeightLoader loader = WeightLoader::random(backend, seed, fp8_dense);
+  WeightLoader loader = WeightLoader::random(backend, seed, fp8_dense, options.dummy_zipf);
   ExpertLoader experts(nullptr, config, options);
-  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend);
+  auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend, options);
   if (stats) *stats = loader.stats();
   return model;
 }

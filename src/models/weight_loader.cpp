@@ -10,7 +10,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace moet {
 namespace {
@@ -60,8 +62,22 @@ HostTensor as_bytes(HostTensor info) {
 
 }  // namespace
 
-WeightLoader WeightLoader::random(Backend& backend, uint64_t seed, bool fp8_dense) {
-  return WeightLoader(backend, seed, fp8_dense);
+WeightLoader WeightLoader::random(Backend& backend, uint64_t seed, bool fp8_dense, double zipf) {
+  MOET_CHECK(zipf >= 0.0, "a Zipf exponent must be >= 0 (got {})", zipf);
+  return WeightLoader(backend, seed, fp8_dense, zipf);
+}
+
+Tensor WeightLoader::router_bias(int64_t layer, int64_t experts) {
+  if (checkpoint_ != nullptr || zipf_ == 0.0) return {};
+  std::vector<int64_t> rank(static_cast<size_t>(experts));
+  std::iota(rank.begin(), rank.end(), 0);
+  std::mt19937_64 rng(0x5bd1e995u + uint64_t(layer));  // a fixed permutation per layer
+  std::shuffle(rank.begin(), rank.end(), rng);
+  std::vector<float> bias(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) bias[size_t(e)] = float(-zipf_ * std::log(double(rank[size_t(e)] + 1)));
+  const HostTensor info{"router bias (zipf)", DType::f32, {experts}, reinterpret_cast<const uint8_t*>(bias.data()),
+                        bias.size() * sizeof(float), "(invented)"};
+  return backend_.upload(info);
 }
 
 bool WeightLoader::has(const std::string& name) const {

@@ -36,7 +36,8 @@ struct LoadStats {
 class WeightLoader final : public ExpertUploadSink {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(&checkpoint), backend_(backend) {}
-  static WeightLoader random(Backend& backend, uint64_t seed, bool fp8_dense = false);
+  // zipf > 0: router_bias() skews the invented routers so expert popularity follows Zipf(zipf).
+  static WeightLoader random(Backend& backend, uint64_t seed, bool fp8_dense = false, double zipf = 0.0);
   const Checkpoint* checkpoint() const { return checkpoint_; }
   // True when `name` is stored as BF16/F16/F32 (or invented): loadable without decoding.
   bool is_plain_float(const std::string& name) const;
@@ -62,6 +63,9 @@ class WeightLoader final : public ExpertUploadSink {
   // Two of them stacked as stacked(); FP8 stays FP8 when n is a multiple of 128 (the halves'
   // scale blocks then stack too), else both are decoded to F32.
   Tensor matmul_stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each);
+  // Invented models routed by Zipf (--dummy-routing zipf:S): a bias of -S ln(rank + 1) on the
+  // router logits of `layer`, ranks a fixed permutation of the experts per layer; else empty.
+  Tensor router_bias(int64_t layer, int64_t experts);
   // Logs the checkpoint tensors never read; returns how many there were.
   size_t report_unused() const;
   Backend& backend() { return backend_; }
@@ -74,8 +78,8 @@ class WeightLoader final : public ExpertUploadSink {
     std::vector<float> scales;
   };
 
-  WeightLoader(Backend& backend, uint64_t seed, bool fp8_dense)
-      : checkpoint_(nullptr), backend_(backend), rng_(seed), fp8_dense_(fp8_dense) {}
+  WeightLoader(Backend& backend, uint64_t seed, bool fp8_dense, double zipf)
+      : checkpoint_(nullptr), backend_(backend), rng_(seed), fp8_dense_(fp8_dense), zipf_(zipf) {}
   const HostTensor& invent(const std::string& name, const std::vector<int64_t>& shape);
   // Invented values of `name` (see invent()) stored through encode(float) -> T, kept alive.
   template <typename T, typename Encode>
@@ -97,6 +101,7 @@ class WeightLoader final : public ExpertUploadSink {
   LoadStats stats_;
   std::mt19937_64 rng_;
   bool fp8_dense_ = false;  // random loaders only
+  double zipf_ = 0.0;       // random loaders only
   std::deque<std::pair<HostTensor, std::unique_ptr<uint8_t[]>>> invented_;  // the last two, kept alive
   std::unique_ptr<ThreadPool> pool_;  // invents on every core; made on first use
 };

@@ -98,6 +98,9 @@ std::string Metrics::render(const EngineStats& engine) const {
   header(out, "moet:http_requests_total", "counter", "HTTP responses by status code.");
   for (const auto& [status, n] : http_by_status_)
     out += fmt::format("moet:http_requests_total{{status=\"{}\"}} {}\n", status, n);
+  if (engine.experts)
+    for (const KpiSample& k : expert_kpi_samples(*engine.experts))
+      (k.type == "counter" ? counter : gauge)(out, k.name, k.help, k.value);
   ttft_.render(out, "moet:time_to_first_token_seconds", "Time from request arrival to its first token.");
   itl_.render(out, "moet:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
   e2e_.render(out, "moet:e2e_request_latency_seconds", "Time from request arrival to its last token.");

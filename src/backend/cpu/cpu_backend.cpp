@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 
 namespace moet {
@@ -216,8 +217,27 @@ class CpuBackend final : public Backend, public BenchOps {
     router_topk(params, logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>());
   }
 
-  void moe_experts(const Tensor& x, const ExpertSet& experts, const Tensor& expert_ids,
-                   const Tensor& weights, Tensor& out) override;
+  void moe_experts(const Tensor& x, const ExpertSet& experts, const Tensor& expert_ids, const Tensor& weights,
+                   Tensor& out, bool accumulate) override;
+  ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) override;
+  void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
+  void expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
+                         std::span<const ExpertWeights> weights) override;
+  std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) override {
+    const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+    auto* memory = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
+    MOET_CHECK(memory != nullptr, "out of host memory allocating {} bytes", size);
+    std::memset(memory, 0, size);
+    return std::shared_ptr<uint8_t>(memory, std::free);
+  }
+  void fill_zero(Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
+  uint64_t memory_available() const override {
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string line; std::getline(meminfo, line);)
+      if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13)) * 1024;  // "...: N kB"
+    return 0;
+  }
+  double upload_bandwidth(size_t bytes) override { return copy_bandwidth(bytes) / 2.0; }
 
   void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
                     int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) override {
@@ -312,17 +332,30 @@ void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tenso
 }
 
 void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids,
-                             const Tensor& weights, Tensor& out) {
+                             const Tensor& weights, Tensor& out, bool accumulate) {
   const OpScope scope(*this, [] { return std::string("moe_experts"); });
   const std::vector<ExpertWeights>& experts = set.experts;
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
-  // Flat items (row * top_k + slot) per expert; ids outside the layer and absent experts run nothing.
+  // Flat items (row * top_k + slot) per expert; ids outside the layer run nothing, absent experts
+  // are recorded (each once) and run nothing.
   std::vector<std::vector<int64_t>> routed(experts.size());
+  const ExpertTracking& track = set.tracking;
   for (int64_t i = 0; i < rows * top_k; ++i) {
     const int32_t e = expert_ids.as<int32_t>()[i];
-    if (e >= 0 && size_t(e) < experts.size() && experts[size_t(e)].present()) routed[size_t(e)].push_back(i);
+    if (e < 0 || size_t(e) >= experts.size()) continue;
+    const bool present = experts[size_t(e)].present();
+    if (present) routed[size_t(e)].push_back(i);
+    if (!track.used_bits) continue;
+    const uint32_t bit = 1u << (e % 32);
+    if (present) {
+      track.used_bits[e / 32] |= bit;
+    } else if (!(track.absent_bits[e / 32] & bit)) {
+      track.absent_bits[e / 32] |= bit;
+      ++*track.miss_count;
+    }
+    ++track.routed_items[present ? 0 : 1];
   }
-  std::memset(out.data, 0, out.bytes());
+  if (!accumulate) std::memset(out.data, 0, out.bytes());
   for (size_t e = 0; e < experts.size(); ++e) {
     const auto& items = routed[e];
     if (items.empty()) continue;
@@ -343,6 +376,50 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
       for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
     }
   }
+}
+
+// A slot is one host row, the four planes views into it (the CPU kernels read the pack layout).
+ExpertSlots CpuBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
+  MOET_CHECK(layout.format == ExpertFormat::w2 || layout.format == ExpertFormat::fp4,
+             "expert slots hold W2 or FP4 experts");
+  MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
+  const uint64_t stride = (row.bytes + 63) / 64 * 64;
+  std::shared_ptr<uint8_t> memory = alloc_pinned(size_t(stride * uint64_t(count)));
+  const int64_t bits = layout.format == ExpertFormat::w2 ? 2 : 4, hidden = layout.hidden, inner = layout.inner;
+  ExpertSlots slots{layout, row, {}, memory};
+  for (int64_t i = 0; i < count; ++i) {
+    uint8_t* base = memory.get() + uint64_t(i) * stride;
+    const auto plane = [&](uint64_t offset, std::vector<int64_t> shape) {
+      return Tensor{DType::u8, std::move(shape), memory, base + offset};
+    };
+    slots.weights.push_back({plane(row.codes13, {2 * inner, hidden * bits / 8}), plane(row.codes2, {hidden, inner * bits / 8}),
+                             layout.format, plane(row.scales13, {2 * inner, hidden / 32}),
+                             plane(row.scales2, {hidden, inner / 32})});
+  }
+  return slots;
+}
+
+void CpuBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
+                                   std::span<const uint8_t* const> rows) {
+  MOET_CHECK(ids.size() == rows.size(), "expert_slots_load: {} slots for {} rows", ids.size(), rows.size());
+  for (int64_t id : ids) MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+  pool_.parallel_for(ids.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      uint8_t* base = static_cast<uint8_t*>(slots.weights[size_t(ids[i])].gate_up.data) - slots.row.codes13;
+      std::memcpy(base, rows[i], slots.row.bytes);
+    }
+  }, 1);
+}
+
+void CpuBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
+                                   std::span<const ExpertWeights> weights) {
+  MOET_CHECK(experts.size() == weights.size(), "expert_set_update: {} entries for {} weights", experts.size(),
+             weights.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    MOET_CHECK(experts[i] >= 0 && size_t(experts[i]) < set.experts.size(), "expert {} outside the layer", experts[i]);
+    set.experts[size_t(experts[i])] = weights[i];
+  }
+  expert_set_check(set.layout, set.experts);
 }
 
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

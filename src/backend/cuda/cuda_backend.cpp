@@ -2,10 +2,9 @@
 // Weights and activations live in a caching allocator under the memory budget (device_memory.h);
 // host copies go through pinned staging buffers (two for uploads, so the memcpy into one overlaps
 // the DMA out of the other). Of what is here only to_host(), the copy bandwidth measurement and
-// memory-budget releases synchronise with the host. expert_set() checks a layer's expert planes,
-// replaces W2 planes by their tensor-core tiles and uploads the pointer table the MoE kernels
-// read; read_regions() and copy_bandwidth() serve the memory benchmarks. Also the factory,
-// cuda_backend_create() (cuda_backend.h).
+// memory-budget releases synchronise with the host. read_regions(), copy_bandwidth() and
+// upload_bandwidth() serve the memory benchmarks. Also the factory, cuda_backend_create()
+// (cuda_backend.h). Expert sets and slots are in cuda_backend_experts.cpp.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -13,9 +12,7 @@
 #include "backend/cuda/device_memory.h"
 #include "core/error.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/moe.h"
 #include "kernels/cuda/read_regions.h"
-#include "kernels/cuda/w2_tiles.h"
 
 #include <cuda_runtime_api.h>
 
@@ -35,6 +32,8 @@ constexpr size_t kStagingBytes = size_t(32) << 20;
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for(options)) {
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaEventCreateWithFlags(&copy_done_, cudaEventDisableTiming), "cudaEventCreate");
   for (PinnedBuffer* buffer : {&staging_[0], &staging_[1], &step_staging_, &prefill_staging_}) {
     cuda_check(cudaEventCreateWithFlags(&buffer->done, cudaEventDisableTiming), "cudaEventCreate");
   }
@@ -61,6 +60,9 @@ CudaBackend::~CudaBackend() {
   memory_.set_pressure_handler({});
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
   if (gate_host_) cudaFreeHost(gate_host_);
+  cudaStreamSynchronize(copy_stream_);
+  cudaEventDestroy(copy_done_);
+  cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(stream_);
 }
 
@@ -127,59 +129,6 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
   }
 }
 
-ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) {
-  const DType dense_dtype = expert_set_check(layout, experts);
-  std::vector<ExpertPointers> pointers;
-  Tensor bad_scale;
-  for (ExpertWeights& e : experts) {
-    if (!e.present()) {  // the kernels drop items routed here (moe_group.cuh)
-      pointers.push_back({nullptr, nullptr, nullptr, nullptr});
-      continue;
-    }
-    if (e.format == ExpertFormat::dense) {
-      pointers.push_back({e.gate_up.data, e.down.data, nullptr, nullptr});
-      continue;
-    }
-    MOET_CHECK(aligned(e.gate_up.data, 16) && aligned(e.down.data, 16),
-               "expert code planes must be 16-byte aligned");
-    if (e.format == ExpertFormat::w2) {
-      if (bad_scale.empty()) {
-        bad_scale = device_tensor(DType::i32, {1});
-        cuda_check(cudaMemsetAsync(bad_scale.data, 0, sizeof(int32_t), stream_), "cudaMemset");
-      }
-      tile_w2(e.gate_up, e.gate_up_scales, true, bad_scale);
-      tile_w2(e.down, e.down_scales, false, bad_scale);
-    }
-    pointers.push_back({e.gate_up.data, e.down.data, static_cast<const uint8_t*>(e.gate_up_scales.data),
-                        static_cast<const uint8_t*>(e.down_scales.data)});
-  }
-  if (!bad_scale.empty()) {
-    int32_t bad = 0;
-    to_host(bad_scale, &bad);
-    MOET_CHECK(bad == 0, "a W2 expert has a block scale >= 2^126, beyond what the CUDA kernels take");
-  }
-  ExpertSet set{layout, dense_dtype, std::move(experts),
-                device_tensor(DType::u8, {int64_t(pointers.size() * sizeof(ExpertPointers))})};
-  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
-  return set;
-}
-
-// Replaces a W2 plane pair [rows, cols / 4] + [rows, cols / 32] by its tensor-core tiles
-// (kernels/cuda/w2_tiles.h), shaped as the planes of cols rounded up to 128.
-void CudaBackend::tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale) {
-  const int64_t rows = codes.dim(0), cols = codes.dim(1) * 4;
-  const W2TileShape shape = w2_tile_shape(rows, cols);
-  const int64_t padded = shape.chunks * kW2ChunkCols;
-  // One plane of records (codes and scales together, w2_tiles.h); the two tensors keep their
-  // shapes over it, the scales one pointing at the first record's scale bytes.
-  Tensor tiled = device_tensor(DType::u8, {int64_t(shape.bytes())});
-  w2_tile_launch(static_cast<const uint8_t*>(codes.data), static_cast<const uint8_t*>(scales.data), rows, cols,
-                 gate_up, tiled.as<uint8_t>(), bad_scale.as<int32_t>(), stream_);
-  check_launch("w2_tile");
-  codes = Tensor{DType::u8, {rows, padded / 4}, tiled.storage, tiled.data};
-  scales = Tensor{DType::u8, {rows, padded / 32}, tiled.storage, tiled.as<uint8_t>() + kW2ChunkCodeBytes};
-}
-
 void CudaBackend::read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) {
   check_read_regions(regions, sink);
   ReadRegions r;
@@ -209,6 +158,29 @@ double CudaBackend::copy_bandwidth(size_t bytes) {
     float ms = 0.0f;
     cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     if (round > 0) best = std::max(best, 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9);  // round 0 warms up
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+// Best of 5 pinned host-to-device copies of `bytes` (after one to warm up), on the copy stream
+// expert fetches use; GB/s of bytes moved.
+double CudaBackend::upload_bandwidth(size_t bytes) {
+  const std::shared_ptr<uint8_t> src = alloc_pinned(bytes);
+  const std::shared_ptr<void> dst = memory_.allocate(bytes);
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  double best = 0.0;
+  for (int round = 0; round < 6; ++round) {
+    cuda_check(cudaEventRecord(start, copy_stream_), "cudaEventRecord");
+    cuda_check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyHostToDevice, copy_stream_), "cudaMemcpy");
+    cuda_check(cudaEventRecord(stop, copy_stream_), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (round > 0) best = std::max(best, double(bytes) / (double(ms) * 1e-3) / 1e9);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

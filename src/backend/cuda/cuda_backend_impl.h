@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -58,7 +59,17 @@ class CudaBackend final : public Backend, public BenchOps {
   void to_host(const Tensor& src, void* dst) override;
   void from_host(const void* src, Tensor& dst) override { copy_to_device(dst.data, src, dst.bytes()); }
   ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) override;
+  void expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
+                         std::span<const ExpertWeights> weights) override;
+  ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) override;
+  void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
+  std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) override;
+  void fill_zero(Tensor& t) override;
+  uint64_t memory_available() const override {
+    return memory_.budget() > memory_.reserved() ? memory_.budget() - memory_.reserved() : 0;
+  }
   double copy_bandwidth(size_t bytes) override;
+  double upload_bandwidth(size_t bytes) override;
   void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override;
 
   // cuda_backend_ops.cpp
@@ -80,7 +91,7 @@ class CudaBackend final : public Backend, public BenchOps {
                  Tensor& out) override;
   void router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) override;
   void moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
-                   Tensor& out) override;
+                   Tensor& out, bool accumulate) override;
   void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst, int64_t dst_stride,
                     int64_t dst_offset, int64_t rows, int64_t width) override;
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
@@ -104,6 +115,17 @@ class CudaBackend final : public Backend, public BenchOps {
   // cuda_backend.cpp
   static size_t budget_for(const CudaBackendOptions& options);
   void tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale);
+  // The device layout of a W2 matrix [rows, cols] tiled at `tiled` (w2_tiles.h): codes and
+  // scales views over its records.
+  static std::pair<Tensor, Tensor> w2_tiled_views(std::shared_ptr<void> storage, uint8_t* tiled, int64_t rows,
+                                                  int64_t cols);
+  // Bytes of one expert of `layout` in the device layout (W2 tiled; FP4 as the row's planes).
+  static size_t device_expert_bytes(const ExpertLayout& layout);
+  // The table entry of `e`: its pointers when present, else the layout's stand-in (a zeroed
+  // expert, made on first use) with present = 0.
+  cuda::ExpertPointers table_entry(const ExpertSet& set, const ExpertWeights& e);
+  // Fails when a W2 conversion since the last check met a scale byte >= 253.
+  void check_bad_scales();
   static std::vector<float> widen(const HostTensor& info);
   Tensor device_tensor(DType dtype, std::vector<int64_t> shape);
   void copy_to_device(void* dst, const void* src, size_t bytes);
@@ -206,6 +228,11 @@ class CudaBackend final : public Backend, public BenchOps {
 
   DeviceMemory memory_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // expert fetches (expert_slots_load)
+  cudaEvent_t copy_done_ = nullptr;
+  Tensor bad_scale_;                    // W2 conversions: 1 when a scale byte was >= 253
+  // Stand-in experts for absent table entries, per (format, dtype, hidden, inner).
+  std::map<std::tuple<int, int, int64_t, int64_t>, ExpertWeights> stand_ins_;
   PinnedBuffer staging_[2];
   int next_staging_ = 0;
   PinnedBuffer step_staging_;

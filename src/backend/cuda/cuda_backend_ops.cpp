@@ -251,7 +251,7 @@ void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& ex
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
-                              Tensor& out) {
+                              Tensor& out, bool accumulate) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   const ExpertLayout& layout = set.layout;
   const int64_t experts = int64_t(set.experts.size()), inner = layout.inner;
@@ -277,7 +277,9 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
                      w2 ? kMoeW2 : layout.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
-                     out.as<float>(), static_cast<uint16_t*>(x_split.data), static_cast<uint16_t*>(act_split.data),
+                     out.as<float>(), accumulate, set.tracking.absent_bits, set.tracking.used_bits,
+                     set.tracking.miss_count, set.tracking.routed_items, static_cast<uint16_t*>(x_split.data),
+                     static_cast<uint16_t*>(act_split.data),
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
                      w2_scratch.tile_counters, w2_scratch.pass_items};

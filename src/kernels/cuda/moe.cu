@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 }
 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
-// named twice in a row counts once, its first slot; an invalid or absent one not at all). Warp 0 ranks the row's slots (a counted
+// named twice in a row counts once, its first slot; an invalid or absent one not at all), or
+// out[row] += it (accumulate). Blocks of column 0 record the row's experts in the tracking bits. Warp 0 ranks the row's slots (a counted
 // slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
 // its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
 __global__ void moe_combine_kernel(MoeArgs a) {
@@ -99,9 +100,20 @@ __global__ void moe_combine_kernel(MoeArgs a) {
     for (int s = lane; s < top_k; s += 32) ids[s] = a.expert_ids[row * top_k + s];
     __syncwarp();
     for (int s = lane; s < top_k; s += 32) {
-      bool first = moe_expert_runs(a, ids[s]);
-      for (int t = 0; t < s && first; ++t) first = ids[t] != ids[s];
-      counts[s] = first;
+      const int e = ids[s];
+      bool first = e >= 0 && e < a.experts;
+      for (int t = 0; t < s && first; ++t) first = ids[t] != e;
+      const bool present = first && a.table[e].present != 0;
+      if (first && blockIdx.x == 0 && a.used_bits) {
+        const uint32_t bit = 1u << (e % 32);
+        if (present) {
+          atomicOr(a.used_bits + e / 32, bit);
+        } else if (!(atomicOr(a.absent_bits + e / 32, bit) & bit)) {
+          atomicAdd(a.miss_count, 1);
+        }
+        atomicAdd(a.routed_items + (present ? 0 : 1), 1);
+      }
+      counts[s] = present;
     }
     __syncwarp();
     int n = 0;
@@ -119,7 +131,7 @@ __global__ void moe_combine_kernel(MoeArgs a) {
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= a.hidden) return;
   constexpr int kBatch = 8;  // item values requested together
-  float sum = 0.0f;
+  float sum = a.accumulate ? a.out[row * a.hidden + d] : 0.0f;
   for (int first = 0; first < counted; first += kBatch) {
     float y[kBatch];
 #pragma unroll

@@ -11,8 +11,11 @@
 // activation split, act never leaving its split form).
 // Expert weights are found through `table` (device memory, expert -> {gate_up, down} pointers
 // and, for the block formats, their scale planes), read at run time, so a residency manager may
-// rewrite it between steps and captured graphs stay valid; a null gate_up marks an absent expert,
-// whose items are dropped in step 1 and skipped by the combine. Weights are BF16, F32, W2 or MXFP4
+// rewrite it between steps and captured graphs stay valid. An absent expert (not resident: an
+// entry whose `present` is 0) points at a stand-in expert of the same layout: its items are
+// grouped and computed like any other's, so the work of the present experts, and their bits, do
+// not depend on what is absent, and the combine leaves them out, setting the expert's bit in
+// absent_bits (and counting it) where a present one sets used_bits, and counting the routings. Weights are BF16, F32, W2 or MXFP4
 // (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
 // scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
 // registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by
@@ -34,6 +37,8 @@ struct ExpertPointers {
   const void* down;               // [hidden, inner] (dense) or codes [hidden, inner * bits / 8]
   const uint8_t* gate_up_scales;  // block formats: UE8M0 [2 * inner, hidden / 32]; else null
   const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
+  int32_t present;                // 0: absent (the pointers are a stand-in's)
+  int32_t reserved;
 };
 
 // One pass of a W2 product (moe_w2.h): its expert's planes and the item positions [first, end)
@@ -59,7 +64,14 @@ struct MoeArgs {
   int32_t* active_count;
   float* act;
   float* item_out;
-  float* out;                   // [rows, hidden]
+  float* out;                   // [rows, hidden]; accumulate: out += the sum (else out = it)
+  bool accumulate;
+  // Tracking (all null: none): bit e set when expert e was routed and absent / present; the
+  // count of absent bits this op set is added to *miss_count.
+  uint32_t* absent_bits;
+  uint32_t* used_bits;
+  int32_t* miss_count;
+  int32_t* routed_items;        // [2]: routings whose expert was present / absent
   // W2 only (moe_w2.h): table entries point at tiled planes (w2_tiles.h); x and act split into
   // three BF16 terms, [rows, 3, hidden_padded] and [rows*top_k, 3, inner_padded] (padded to 128);
   // sizes of the rest from moe_w2_scratch(): passes [passes] (their count in active_count[1], so

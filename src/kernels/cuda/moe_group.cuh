@@ -1,7 +1,7 @@
 // The grouping step of the routed experts (moe.h, step 1), shared by the dense, MXFP4 and W2
 // paths: items (row * top_k + slot) grouped by expert, experts in index order and items in item
-// order inside each (a stable sort), run by one block. Items naming no valid expert, or an absent
-// one (a null table entry: not resident), are dropped (they contribute nothing). Up to blockDim.x items (every decode batch) are ranked one item per
+// order inside each (a stable sort), run by one block. Items naming no valid expert are dropped
+// (they contribute nothing); absent experts are grouped like present ones (moe.h). Up to blockDim.x items (every decode batch) are ranked one item per
 // thread with no serial step; more items take a counting sort with one serial pass over the
 // experts.
 #pragma once
@@ -9,11 +9,6 @@
 #include "kernels/cuda/moe.h"
 
 namespace moet::cuda {
-
-// Whether items routed to `e` run: a valid index whose expert is present in the table.
-__device__ __forceinline__ bool moe_expert_runs(const MoeArgs& a, int e) {
-  return e >= 0 && e < a.experts && a.table[e].gate_up != nullptr;
-}
 
 // items <= blockDim.x: item i's position is the number of valid items before it in (expert,
 // item) order; the first item of each expert opens its slot, the slot index being the number of
@@ -23,7 +18,7 @@ __device__ __forceinline__ void moe_group_ranked(const MoeArgs& a, int32_t* shar
   int32_t* ids = shared;                 // valid expert or -1, per item
   int32_t* opens = shared + blockDim.x;  // 1 where the item is its expert's first
   const int e = i < items ? a.expert_ids[i] : -1;
-  const bool valid = moe_expert_runs(a, e);
+  const bool valid = e >= 0 && e < a.experts;
   ids[i] = valid ? e : -1;
   __syncthreads();
   int rank = 0, start = 0;
@@ -55,8 +50,7 @@ __device__ __forceinline__ void moe_group_counted(const MoeArgs& a, int32_t* cou
   const int items = int(a.rows * a.top_k), experts = int(a.experts);
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     int c = 0;
-    if (moe_expert_runs(a, e))
-      for (int i = 0; i < items; ++i) c += a.expert_ids[i] == e;
+    for (int i = 0; i < items; ++i) c += a.expert_ids[i] == e;
     count[e] = c;
   }
   __syncthreads();
@@ -77,7 +71,6 @@ __device__ __forceinline__ void moe_group_counted(const MoeArgs& a, int32_t* cou
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    if (!moe_expert_runs(a, e)) continue;
     int pos = count[e];
     for (int i = 0; i < items; ++i)
       if (a.expert_ids[i] == e) a.order[pos++] = i;

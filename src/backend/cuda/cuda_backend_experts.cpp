@@ -1,0 +1,226 @@
+// The CUDA backend's routed experts (class in cuda_backend_impl.h): a layer's table of device
+// pointers (kernels/cuda/moe.h) with W2 planes replaced by their tensor-core tiles, updates of
+// its entries between steps, stand-ins for absent entries, and the slot pool of tiered residency:
+// one device allocation of equal slots plus a load scratch, filled from pinned host rows by one
+// batched copy on the copy stream, then converted in place (W2 tiles) on the compute stream,
+// which waits for the copy. Pinned host memory and zero fills live here too.
+#include "backend/cuda/cuda_backend_impl.h"
+
+#include "core/error.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/w2_tiles.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace moet {
+
+using namespace moet::cuda;
+
+namespace {
+
+// Rows of a W2 slot pool loaded (and converted) per batched copy: the scratch holds this many.
+constexpr int64_t kSlotLoadBatch = 16;
+
+}  // namespace
+
+std::pair<Tensor, Tensor> CudaBackend::w2_tiled_views(std::shared_ptr<void> storage, uint8_t* tiled, int64_t rows,
+                                                      int64_t cols) {
+  const int64_t padded = w2_tile_shape(rows, cols).chunks * kW2ChunkCols;
+  // The two tensors keep the planes' shapes over one plane of records (codes and scales
+  // together, w2_tiles.h), the scales one pointing at the first record's scale bytes.
+  return {Tensor{DType::u8, {rows, padded / 4}, storage, tiled},
+          Tensor{DType::u8, {rows, padded / 32}, storage, tiled + kW2ChunkCodeBytes}};
+}
+
+// Replaces a W2 plane pair [rows, cols / 4] + [rows, cols / 32] by its tensor-core tiles
+// (kernels/cuda/w2_tiles.h), shaped as the planes of cols rounded up to 128.
+void CudaBackend::tile_w2(Tensor& codes, Tensor& scales, bool gate_up, Tensor& bad_scale) {
+  const int64_t rows = codes.dim(0), cols = codes.dim(1) * 4;
+  Tensor tiled = device_tensor(DType::u8, {int64_t(w2_tile_shape(rows, cols).bytes())});
+  w2_tile_launch(static_cast<const uint8_t*>(codes.data), static_cast<const uint8_t*>(scales.data), rows, cols,
+                 gate_up, tiled.as<uint8_t>(), bad_scale.as<int32_t>(), stream_);
+  check_launch("w2_tile");
+  std::tie(codes, scales) = w2_tiled_views(tiled.storage, tiled.as<uint8_t>(), rows, cols);
+}
+
+void CudaBackend::check_bad_scales() {
+  if (bad_scale_.empty()) return;
+  int32_t bad = 0;
+  to_host(bad_scale_, &bad);
+  MOET_CHECK(bad == 0, "a W2 expert has a block scale >= 2^126, beyond what the CUDA kernels take");
+}
+
+size_t CudaBackend::device_expert_bytes(const ExpertLayout& layout) {
+  const int64_t hidden = layout.hidden, inner = layout.inner;
+  if (layout.format == ExpertFormat::w2)
+    return w2_tile_shape(2 * inner, hidden).bytes() + w2_tile_shape(hidden, inner).bytes();
+  const int64_t code_bits = layout.format == ExpertFormat::fp4 ? 4 : 0;
+  MOET_CHECK(code_bits > 0, "expert slots hold W2 or FP4 experts");
+  const int64_t codes = 3 * hidden * inner * code_bits / 8, scales = 3 * hidden * inner / 32;
+  return size_t(codes + scales);
+}
+
+ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeights& e) {
+  const ExpertWeights* source = &e;
+  if (!e.present()) {
+    const ExpertLayout& l = set.layout;
+    const auto key = std::make_tuple(int(l.format), int(set.dense_dtype), l.hidden, l.inner);
+    auto it = stand_ins_.find(key);
+    if (it == stand_ins_.end()) {
+      // A zeroed expert in the device layout: codes 0 and scale bytes 0 (2^-127), or zeros.
+      ExpertWeights z;
+      if (l.format == ExpertFormat::dense) {
+        z.gate_up = device_tensor(set.dense_dtype, {2 * l.inner, l.hidden});
+        z.down = device_tensor(set.dense_dtype, {l.hidden, l.inner});
+        for (Tensor* t : {&z.gate_up, &z.down})
+          cuda_check(cudaMemsetAsync(t->data, 0, t->bytes(), stream_), "cudaMemset");
+      } else {  // one slot: its planes are one zeroed allocation
+        z = alloc_expert_slots(l, {}, 1).weights[0];
+        cuda_check(cudaMemsetAsync(z.gate_up.data, 0, device_expert_bytes(l), stream_), "cudaMemset");
+      }
+      it = stand_ins_.emplace(key, z).first;
+    }
+    source = &it->second;
+  }
+  return {source->gate_up.data, source->down.data, static_cast<const uint8_t*>(source->gate_up_scales.data),
+          static_cast<const uint8_t*>(source->down_scales.data), e.present() ? 1 : 0, 0};
+}
+
+ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) {
+  const DType dense_dtype = expert_set_check(layout, experts);
+  for (ExpertWeights& e : experts) {
+    if (!e.present() || e.format == ExpertFormat::dense) continue;
+    MOET_CHECK(aligned(e.gate_up.data, 16) && aligned(e.down.data, 16), "expert code planes must be 16-byte aligned");
+    if (e.format != ExpertFormat::w2) continue;
+    if (bad_scale_.empty()) {
+      bad_scale_ = device_tensor(DType::i32, {1});
+      cuda_check(cudaMemsetAsync(bad_scale_.data, 0, sizeof(int32_t), stream_), "cudaMemset");
+    }
+    tile_w2(e.gate_up, e.gate_up_scales, true, bad_scale_);
+    tile_w2(e.down, e.down_scales, false, bad_scale_);
+  }
+  check_bad_scales();
+  Tensor table = device_tensor(DType::u8, {int64_t(experts.size() * sizeof(ExpertPointers))});
+  ExpertSet set{layout, dense_dtype, std::move(experts), table, {}};
+  std::vector<ExpertPointers> pointers;
+  for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e));
+  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+  return set;
+}
+
+// The whole layer's table is rewritten in one copy (a few KB), ordered before the next step.
+void CudaBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
+                                    std::span<const ExpertWeights> weights) {
+  MOET_CHECK(experts.size() == weights.size(), "expert_set_update: {} entries for {} weights", experts.size(),
+             weights.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    MOET_CHECK(experts[i] >= 0 && size_t(experts[i]) < set.experts.size(), "expert {} outside the layer", experts[i]);
+    set.experts[size_t(experts[i])] = weights[i];
+  }
+  std::vector<ExpertPointers> pointers;
+  for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e));
+  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+}
+
+// Slots of the device layout side by side, then the scratch that raw rows land in before their
+// conversion (W2 only; FP4 rows are copied into their slots as they are).
+ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
+  MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
+  const size_t slot = (device_expert_bytes(layout) + 255) / 256 * 256;
+  const size_t scratch = layout.format == ExpertFormat::w2 ? size_t(kSlotLoadBatch) * ((row.bytes + 255) / 256 * 256) : 0;
+  Tensor memory = device_tensor(DType::u8, {int64_t(slot * size_t(count) + scratch)});
+  ExpertSlots slots{layout, row, {}, memory.storage};
+  const int64_t hidden = layout.hidden, inner = layout.inner;
+  for (int64_t i = 0; i < count; ++i) {
+    uint8_t* base = memory.as<uint8_t>() + size_t(i) * slot;
+    ExpertWeights w;
+    w.format = layout.format;
+    if (layout.format == ExpertFormat::w2) {
+      std::tie(w.gate_up, w.gate_up_scales) = w2_tiled_views(memory.storage, base, 2 * inner, hidden);
+      std::tie(w.down, w.down_scales) =
+          w2_tiled_views(memory.storage, base + w2_tile_shape(2 * inner, hidden).bytes(), hidden, inner);
+    } else {  // FP4: the row's four planes in the row's order
+      const auto plane = [&](uint64_t offset, std::vector<int64_t> shape) {
+        return Tensor{DType::u8, std::move(shape), memory.storage, base + offset};
+      };
+      w.gate_up = plane(row.codes13, {2 * inner, hidden / 2});
+      w.gate_up_scales = plane(row.scales13, {2 * inner, hidden / 32});
+      w.down = plane(row.codes2, {hidden, inner / 2});
+      w.down_scales = plane(row.scales2, {hidden, inner / 32});
+    }
+    slots.weights.push_back(std::move(w));
+  }
+  return slots;
+}
+
+void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
+                                    std::span<const uint8_t* const> rows) {
+  MOET_CHECK(ids.size() == rows.size(), "expert_slots_load: {} slots for {} rows", ids.size(), rows.size());
+  for (int64_t id : ids) MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+  const ExpertLayout& l = slots.layout;
+  const ExpertRowLayout& r = slots.row;
+  const bool w2 = l.format == ExpertFormat::w2;
+  const size_t row_stride = (r.bytes + 255) / 256 * 256;
+  uint8_t* scratch = static_cast<uint8_t*>(slots.weights.back().gate_up.data) +
+                     (device_expert_bytes(l) + 255) / 256 * 256;
+  if (w2 && bad_scale_.empty()) {
+    bad_scale_ = device_tensor(DType::i32, {1});
+    cuda_check(cudaMemsetAsync(bad_scale_.data, 0, sizeof(int32_t), stream_), "cudaMemset");
+  }
+  // The copy stream may overwrite the scratch (or a slot) only once the compute stream is done
+  // with what it held.
+  cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
+  cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+  const size_t batch = w2 ? size_t(kSlotLoadBatch) : ids.size();
+  for (size_t first = 0; first < ids.size(); first += batch) {
+    const size_t n = std::min(batch, ids.size() - first);
+    std::vector<void*> dsts(n);
+    std::vector<const void*> srcs(n);
+    std::vector<size_t> sizes(n, size_t(r.bytes));
+    for (size_t i = 0; i < n; ++i) {
+      dsts[i] = w2 ? scratch + i * row_stride
+                   : static_cast<uint8_t*>(slots.weights[size_t(ids[first + i])].gate_up.data) - r.codes13;
+      srcs[i] = rows[first + i];
+    }
+    cudaMemcpyAttributes attrs{};
+    attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attrs.srcLocHint.type = cudaMemLocationTypeHost;
+    attrs.dstLocHint.type = cudaMemLocationTypeDevice;
+    size_t attr_index = 0;
+    cuda_check(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attrs, &attr_index, 1, copy_stream_),
+               "batched host-to-device copy of expert rows");
+    cuda_check(cudaEventRecord(copy_done_, copy_stream_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, copy_done_), "cudaStreamWaitEvent");
+    if (!w2) continue;
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* raw = scratch + i * row_stride;
+      const ExpertWeights& dst = slots.weights[size_t(ids[first + i])];
+      w2_tile_launch(raw + r.codes13, raw + r.scales13, 2 * l.inner, l.hidden, true,
+                     static_cast<uint8_t*>(dst.gate_up.data), bad_scale_.as<int32_t>(), stream_);
+      w2_tile_launch(raw + r.codes2, raw + r.scales2, l.hidden, l.inner, false,
+                     static_cast<uint8_t*>(dst.down.data), bad_scale_.as<int32_t>(), stream_);
+      check_launch("w2_tile");
+    }
+    // The next batch's copy reuses the scratch: it waits for these conversions.
+    cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+  }
+}
+
+std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {
+  void* memory = nullptr;
+  const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+  cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable), "allocating page-locked host memory");
+  std::memset(memory, 0, size);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
+}
+
+void CudaBackend::fill_zero(Tensor& t) {
+  cuda_check(cudaMemsetAsync(t.data, 0, t.bytes(), stream_), "fill_zero");
+  check_launch("fill_zero");
+}
+
+}  // namespace moet

@@ -1,0 +1,44 @@
+// The expert cache's KPIs, from the residency's and the store's counters: replayed steps, missing
+// pairs per step, coverage, the token hit rate, fetch GB/s, arena hits, store read latency. Used
+// by the periodic log line (every --kpi-every steps, over the steps since the last one), by
+// /metrics (Prometheus names moet:expert_*, since start) and by the JSON of moet generate and
+// moet bench ("experts": {...}).
+#pragma once
+
+#include "experts/residency.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace moet {
+
+struct ExpertKpis {
+  int64_t steps = 0, replayed_steps = 0, layerwise_steps = 0, passes = 0;
+  int64_t missing_pairs = 0, accepted_misses = 0, fetched_rows = 0;
+  uint64_t fetched_bytes = 0;
+  double replayed_fraction = 0.0;        // replayed_steps / steps
+  double missing_pairs_per_step = 0.0;
+  double coverage = 0.0;                 // experts in the cache / routed experts of the model
+  double hit_rate = 0.0;                 // routings that found their expert cached (first passes)
+  double fetch_gb_per_s = 0.0;           // fetched bytes / time spent fetching
+  double arena_hit_rate = -1.0;          // arena store only (else -1)
+  double read_p50_ms = 0.0, read_p99_ms = 0.0;  // store fetch latency, recent fetches
+};
+
+// KPIs of what happened between `before` and `now` (before = {}: since the start).
+ExpertKpis expert_kpis(const ResidencyStats& now, const ResidencyStats& before, const ExpertStoreCounters& store,
+                       const ExpertStoreCounters& store_before);
+std::string expert_kpi_line(const ExpertKpis& k);
+// {"steps", "replayed_steps", "missing_pairs", "fetched_bytes", "hit_rate", "coverage", ...}
+nlohmann::json expert_kpi_json(const ExpertKpis& k);
+
+// One Prometheus sample.
+struct KpiSample {
+  std::string name, type, help;  // type: "counter" | "gauge"
+  double value;
+};
+std::vector<KpiSample> expert_kpi_samples(const ExpertKpis& k);
+
+}  // namespace moet

@@ -1,0 +1,281 @@
+// ExpertResidency implementation (see residency.h).
+#include "experts/residency.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "experts/expert_kpis.h"
+#include "experts/expert_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace moet {
+namespace {
+
+constexpr int64_t kCounters = 4;  // tracking: miss_count, routed_items[2], padding
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+VictimPolicy victim_policy_parse(const std::string& name) {
+  if (name == "lru") return VictimPolicy::lru;
+  if (name == "frequency") return VictimPolicy::frequency;
+  fail("unknown expert eviction policy '{}' (expected lru or frequency)", name);
+}
+
+ExpertResidency::ExpertResidency(Backend& backend, ExpertPool& pool, std::unique_ptr<ExpertStore> store,
+                                 const ResidencyOptions& options, const ExpertRowLayout& row, int64_t top_k)
+    : backend_(backend), pool_(pool), store_(std::move(store)), options_(options), layers_(pool.layers()),
+      experts_(pool.experts_per_layer()), top_k_(top_k), row_(row), words_((pool.experts_per_layer() + 31) / 32) {
+  for (int64_t l = 0; l < layers_; ++l)
+    if (pool.has_layer(l)) moe_layers_.push_back(l);
+  MOET_CHECK(!moe_layers_.empty(), "expert residency: the model has no MoE layer");
+  MOET_CHECK(options.max_replays >= 0 && options.miss_tolerance >= 0, "max_replays and miss_tolerance must be >= 0");
+  MOET_CHECK(options.policy != VictimPolicy::frequency || (options.decay > 0.0 && options.decay <= 1.0),
+             "the frequency policy's decay must be in (0, 1] (got {})", options.decay);
+  stats_.total = int64_t(moe_layers_.size()) * experts_;
+}
+
+void ExpertResidency::allocate() {
+  if (slots_.count() > 0) return;
+  const int64_t total = stats_.total;
+  int64_t count = options_.slots;
+  if (count <= 0 && options_.cache_bytes > 0) count = int64_t(options_.cache_bytes / row_.bytes);
+  if (count <= 0) {
+    const uint64_t left = backend_.memory_available();
+    count = left > ResidencyOptions::kAutoReserveBytes
+                ? int64_t((left - ResidencyOptions::kAutoReserveBytes) / row_.bytes) : 0;
+    MOET_LOG_INFO("expert cache auto: {:.1f} GiB left in {} (after weights and KV), {:.1f} GiB kept for activations",
+                  double(left) / double(1ull << 30), backend_.name(),
+                  double(ResidencyOptions::kAutoReserveBytes) / double(1ull << 30));
+  }
+  count = std::min(count, total);
+  const int64_t minimum = std::min(experts_, std::max<int64_t>(1, options_.max_step_rows) * top_k_);
+  MOET_CHECK(count >= minimum,
+             "the expert cache holds {} experts, fewer than a decode step of {} rows can route to in one layer ({}): "
+             "give it at least {} slots ({:.2f} GiB; --expert-cache-gb / --expert-cache-slots)",
+             count, options_.max_step_rows, minimum, minimum, double(minimum) * double(row_.bytes) / double(1ull << 30));
+  slots_ = backend_.alloc_expert_slots(pool_.layer(moe_layers_.front()).layout, row_, count);
+  key_of_.assign(size_t(count), -1);
+  last_use_.assign(size_t(count), 0);
+  uses_.assign(size_t(count), 0.0);
+  slot_of_.assign(size_t(layers_ * experts_), -1);
+  tracking_ = backend_.alloc({kCounters + 2 * layers_ * words_}, DType::i32);
+  backend_.fill_zero(tracking_);
+  host_tracking_.resize(size_t(tracking_.numel()));
+  auto* base = tracking_.as<int32_t>();
+  for (int64_t l : moe_layers_) {
+    ExpertTracking t;
+    t.miss_count = base;
+    t.routed_items = base + 1;
+    t.absent_bits = reinterpret_cast<uint32_t*>(base + kCounters + l * words_);
+    t.used_bits = reinterpret_cast<uint32_t*>(base + kCounters + (layers_ + l) * words_);
+    pool_.set_tracking(l, t);
+  }
+  MOET_LOG_INFO("expert cache: {} of {} routed experts in {} ({:.1f}% coverage, {:.2f} GiB), {} store, {} eviction",
+                count, total, backend_.name(), 100.0 * double(count) / double(total),
+                double(count) * double(row_.bytes) / double(1ull << 30), expert_store_name(store_->kind()),
+                options_.policy == VictimPolicy::lru ? "lru" : "frequency");
+}
+
+ExpertResidency::~ExpertResidency() = default;
+
+bool ExpertResidency::begin_pass(int64_t rows, bool recurring) {
+  MOET_CHECK(slots_.count() > 0, "expert residency: the slot pool was not allocated");
+  if (!replayed_) {  // the first pass of a step
+    if (options_.kpi_every > 0 && stats_.steps > 0 && stats_.steps % options_.kpi_every == 0) {
+      const ResidencyStats now = stats();
+      MOET_LOG_INFO("{}", expert_kpi_line(expert_kpis(now, logged_stats_, store_->counters(), logged_store_)));
+      logged_stats_ = now;
+      logged_store_ = store_->counters();
+    }
+    ++stats_.steps;
+    ++tick_;
+    if (options_.policy == VictimPolicy::frequency)
+      for (double& u : uses_) u *= options_.decay;
+    const int64_t step_set = int64_t(moe_layers_.size()) * std::min(experts_, rows * top_k_);
+    layerwise_ = !recurring || step_set > slots_.count();
+    if (layerwise_) ++stats_.layerwise_steps;
+  }
+  ++stats_.passes;
+  return !layerwise_;
+}
+
+void ExpertResidency::begin_forward() { backend_.fill_zero(tracking_); }
+
+void ExpertResidency::touch(int64_t slot) {
+  last_use_[size_t(slot)] = tick_;
+  uses_[size_t(slot)] += 1.0;
+}
+
+std::vector<int64_t> ExpertResidency::victims(size_t count, const std::vector<bool>& keep) const {
+  std::vector<int64_t> free_slots, used;
+  for (int64_t s = 0; s < slots_.count(); ++s) {
+    const int64_t key = key_of_[size_t(s)];
+    if (key < 0) {
+      free_slots.push_back(s);
+    } else if (!keep[size_t(key)]) {
+      used.push_back(s);
+    }
+  }
+  const auto colder = [&](int64_t a, int64_t b) {
+    if (options_.policy == VictimPolicy::frequency && uses_[size_t(a)] != uses_[size_t(b)])
+      return uses_[size_t(a)] < uses_[size_t(b)];
+    return last_use_[size_t(a)] != last_use_[size_t(b)] ? last_use_[size_t(a)] < last_use_[size_t(b)] : a < b;
+  };
+  const size_t from_used = count > free_slots.size() ? count - free_slots.size() : 0;
+  if (from_used > used.size()) return {};
+  std::partial_sort(used.begin(), used.begin() + ptrdiff_t(from_used), used.end(), colder);
+  free_slots.resize(std::min(free_slots.size(), count));
+  free_slots.insert(free_slots.end(), used.begin(), used.begin() + ptrdiff_t(from_used));
+  return free_slots;
+}
+
+void ExpertResidency::point_tables(std::span<const Key> keys, bool present) {
+  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<ExpertWeights>>> by_layer;
+  for (const Key& k : keys) {
+    auto& [experts, weights] = by_layer[k.layer];
+    experts.push_back(k.expert);
+    weights.push_back(present ? slots_.weights[size_t(slot_of_[size_t(index(k.layer, k.expert))])] : ExpertWeights{});
+  }
+  for (auto& [layer, update] : by_layer) pool_.update_layer(layer, update.first, update.second);
+}
+
+bool ExpertResidency::ensure(std::span<const Key> keys, const std::vector<bool>& keep, bool scan) {
+  std::vector<Key> missing;
+  for (const Key& k : keys)
+    if (slot_of_[size_t(index(k.layer, k.expert))] < 0) missing.push_back(k);
+  if (missing.empty()) return true;
+  // Victims first (all of them, so that nothing changes when there are too few).
+  const std::vector<int64_t> chosen = victims(missing.size(), keep);
+  if (chosen.size() < missing.size()) return false;
+  std::vector<Key> evicted;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t s : chosen) {
+    const int64_t old = key_of_[size_t(s)];
+    if (old < 0) continue;
+    evicted.push_back({old / experts_, old % experts_});
+    slot_of_[size_t(old)] = -1;
+    key_of_[size_t(s)] = -1;
+  }
+  point_tables(evicted, false);
+  const size_t batch = std::min(store_->max_batch(), missing.size());
+  for (size_t first = 0; first < missing.size(); first += batch) {
+    const size_t n = std::min(batch, missing.size() - first);
+    std::vector<ExpertKey> store_keys;
+    for (size_t i = first; i < first + n; ++i) store_keys.push_back({missing[i].layer, missing[i].expert});
+    const std::vector<const uint8_t*> rows = store_->fetch(store_keys, scan);
+    const std::vector<int64_t> ids(chosen.begin() + ptrdiff_t(first), chosen.begin() + ptrdiff_t(first + n));
+    backend_.expert_slots_load(slots_, ids, rows);
+    for (size_t i = first; i < first + n; ++i) {
+      const int64_t key = index(missing[i].layer, missing[i].expert);
+      slot_of_[size_t(key)] = chosen[i];
+      key_of_[size_t(chosen[i])] = key;
+      touch(chosen[i]);
+    }
+  }
+  point_tables(missing, true);
+  stats_.fetched_rows += int64_t(missing.size());
+  stats_.fetched_bytes += missing.size() * store_->row_bytes();
+  stats_.fetch_seconds += seconds_since(start);
+  return true;
+}
+
+bool ExpertResidency::after_pass(int64_t pass) {
+  replayed_ = false;
+  if (layerwise_) return false;
+  backend_.to_host(tracking_, host_tracking_.data());
+  const int64_t misses = int64_t(host_tracking_[0]);
+  if (pass == 0) {
+    stats_.resident_items += int64_t(host_tracking_[1]);
+    stats_.routed_items += int64_t(host_tracking_[1]) + int64_t(host_tracking_[2]);
+  }
+  stats_.missing_pairs += misses;
+  std::vector<bool> keep(size_t(layers_ * experts_), false);
+  std::vector<Key> missing;
+  for (int64_t l : moe_layers_) {
+    const uint32_t* absent = host_tracking_.data() + kCounters + l * words_;
+    const uint32_t* used = host_tracking_.data() + kCounters + (layers_ + l) * words_;
+    for (int64_t e = 0; e < experts_; ++e) {
+      const uint32_t bit = 1u << (e % 32);
+      if (used[e / 32] & bit) {
+        keep[size_t(index(l, e))] = true;
+        if (slot_of_[size_t(index(l, e))] >= 0) touch(slot_of_[size_t(index(l, e))]);
+      }
+      if (absent[e / 32] & bit) {
+        keep[size_t(index(l, e))] = true;
+        missing.push_back({l, e});
+      }
+    }
+  }
+  if (misses <= options_.miss_tolerance) {
+    stats_.accepted_misses += misses;
+    return false;
+  }
+  if (pass >= options_.max_replays) {
+    if (!warned_max_replays_)
+      MOET_LOG_WARN("expert cache: a step still missed {} experts after {} replays (--max-replays); accepting it "
+                    "(said once)", misses, pass);
+    warned_max_replays_ = true;
+    stats_.accepted_misses += misses;
+    return false;
+  }
+  if (pass == 0) ++stats_.replayed_steps;
+  replayed_ = true;
+  // The pass's experts and the missing ones together do not fit: run the step again layer by layer.
+  if (!ensure(missing, keep, false)) layerwise_ = true;
+  return true;
+}
+
+void ExpertResidency::run_layer(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights,
+                                Tensor& out) {
+  std::vector<int32_t> ids(size_t(expert_ids.numel()));
+  backend_.to_host(expert_ids, ids.data());
+  std::vector<bool> routed(size_t(experts_), false);
+  for (int32_t e : ids)
+    if (e >= 0 && e < experts_) routed[size_t(e)] = true;
+  std::vector<Key> keys;
+  for (int64_t e = 0; e < experts_; ++e)
+    if (routed[size_t(e)]) keys.push_back({layer, e});
+  stats_.routed_items += int64_t(ids.size());
+  for (const Key& k : keys)
+    if (slot_of_[size_t(index(k.layer, k.expert))] >= 0) stats_.resident_items += 1;
+  const ExpertSet& set = pool_.layer(layer);
+  const int64_t chunk = slots_.count();
+  const bool scan = x.rows() > options_.max_step_rows;  // a prefill: do not let it evict the decode hot set
+  for (size_t first = 0; first < keys.size(); first += size_t(chunk)) {
+    const std::span<const Key> part = std::span<const Key>(keys).subspan(first, std::min(size_t(chunk), keys.size() - first));
+    std::vector<bool> keep(size_t(layers_ * experts_), false);
+    for (const Key& k : part) keep[size_t(index(k.layer, k.expert))] = true;
+    MOET_CHECK(ensure(part, keep, scan), "expert cache: {} experts do not fit {} slots", part.size(), chunk);
+    const bool chunked = keys.size() > size_t(chunk);
+    if (chunked) {  // only this chunk's experts present in the layer's table
+      std::vector<Key> others;
+      for (int64_t e = 0; e < experts_; ++e)
+        if (!keep[size_t(index(layer, e))] && slot_of_[size_t(index(layer, e))] >= 0) others.push_back({layer, e});
+      point_tables(others, false);
+    }
+    backend_.moe_experts(x, set, expert_ids, weights, out, first > 0);
+  }
+  if (keys.size() > size_t(chunk)) {  // the table again says what is resident
+    std::vector<Key> resident;
+    for (int64_t e = 0; e < experts_; ++e)
+      if (slot_of_[size_t(index(layer, e))] >= 0) resident.push_back({layer, e});
+    point_tables(resident, true);
+  }
+  if (keys.empty()) backend_.moe_experts(x, set, expert_ids, weights, out, false);
+}
+
+ExpertKpis ExpertResidency::kpis() const { return expert_kpis(stats(), {}, store_->counters(), {}); }
+
+ResidencyStats ExpertResidency::stats() const {
+  ResidencyStats s = stats_;
+  s.resident = int64_t(std::count_if(key_of_.begin(), key_of_.end(), [](int64_t k) { return k >= 0; }));
+  return s;
+}
+
+}  // namespace moet

@@ -1,0 +1,138 @@
+// Tiered expert residency: the backend holds a pool of `slots` routed experts (of any MoE layers)
+// and the rest live in a host store (expert_store.h). The layer tables the MoE op reads mark the
+// others absent; what the op meets absent it records (ExpertTracking) and leaves out. Two ways a
+// step runs:
+//   replay     (decode steps the pool can hold whole: moe layers x min(experts, rows x top_k) <=
+//              slots) as it is, in a CUDA graph; afterwards the host reads the tracking, and when
+//              more than miss_tolerance (layer, expert) pairs were absent it fetches them all
+//              (victims: slots this pass did not use, least recently used first or least
+//              frequently with decay), points the tables at them and the step runs again, until
+//              nothing is missing or max_replays passes (then it logs once and accepts);
+//   layerwise  (prefill, mixed steps, decode steps the pool cannot hold) eagerly: before each MoE
+//              layer's experts run, the host reads the layer's routing and makes its experts
+//              resident; a layer routing to more experts than there are slots runs them in
+//              ascending chunks of `slots`, the combine continuing from the previous chunk's sum.
+// Either way the last pass is bit-identical to a fully resident run: the MoE op's work for
+// present experts does not depend on what is absent, and chunks add in the same order.
+// Sampling happens only after the last pass (the step runner asks after_pass()).
+#pragma once
+
+#include "backend/backend.h"
+#include "experts/expert_store.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+class ExpertPool;
+struct ExpertKpis;
+
+enum class VictimPolicy { lru, frequency };
+VictimPolicy victim_policy_parse(const std::string& name);  // "lru" | "frequency"
+
+struct ResidencyOptions {
+  // The pool's size: `slots` experts when > 0, else as many as cache_bytes of rows, else (auto)
+  // what the backend has left when the first step runner exists (its KV cache allocated) minus
+  // kAutoReserveBytes for activations and graphs.
+  int64_t slots = 0;
+  uint64_t cache_bytes = 0;
+  int64_t miss_tolerance = 0;     // a pass with at most this many missing (layer, expert) pairs stands
+  int64_t max_replays = 4;        // passes after the first at most; then the misses are accepted
+  VictimPolicy policy = VictimPolicy::lru;
+  double decay = 0.9;             // frequency policy: each step multiplies the counts by this
+  int64_t max_step_rows = 1;      // decode rows one step may have (the pool must hold their layer)
+  int64_t kpi_every = 500;        // steps between KPI log lines (0: none)
+
+  static constexpr uint64_t kAutoReserveBytes = uint64_t(4) << 30;
+};
+
+// What tiered residency runs with: the pool's size and protocol, and the host store.
+struct TieringConfig {
+  ResidencyOptions residency;
+  ExpertStoreOptions store;  // .pack / .spec come from the expert loader
+};
+
+// Totals since the residency was made.
+struct ResidencyStats {
+  int64_t steps = 0, replayed_steps = 0, layerwise_steps = 0, passes = 0;
+  int64_t missing_pairs = 0;     // (layer, expert) pairs found absent, every pass
+  int64_t accepted_misses = 0;   // of those, in passes that stood (tolerance or max_replays)
+  int64_t routed_items = 0, resident_items = 0;  // routings of first passes and those that found their expert
+  int64_t fetched_rows = 0;
+  uint64_t fetched_bytes = 0;
+  double fetch_seconds = 0.0;    // store reads and copies into the slots
+  int64_t resident = 0, total = 0;  // experts in slots now / routed experts of the model
+};
+
+class ExpertResidency {
+ public:
+  ExpertResidency(Backend& backend, ExpertPool& pool, std::unique_ptr<ExpertStore> store, const ResidencyOptions& options,
+                  const ExpertRowLayout& row, int64_t top_k);
+  ~ExpertResidency();
+
+  // Allocates the slot pool (once; the step runner calls it when it is made, after its KV
+  // cache): refuses a pool smaller than one decode step's largest layer, naming the minimum.
+  void allocate();
+
+  // Before a step of `rows` rows (recurring: a decode step): chooses how it runs; false when it
+  // must run eagerly (layerwise). Called before every pass.
+  bool begin_pass(int64_t rows, bool recurring);
+  // Inside the forward, before any MoE layer (captured in graphs): clears the tracking.
+  void begin_forward();
+  // After pass `pass` of a step: true when it fetched and the step must run again.
+  bool after_pass(int64_t pass);
+  // The routed experts of `layer` (layerwise steps): makes them resident and runs them.
+  void run_layer(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out);
+  bool layerwise() const { return layerwise_; }
+
+  ResidencyStats stats() const;
+  // KPIs since the start.
+  ExpertKpis kpis() const;
+  const ExpertStore& store() const { return *store_; }
+  const ResidencyOptions& options() const { return options_; }
+
+ private:
+  struct Key {
+    int64_t layer, expert;
+  };
+  int64_t index(int64_t layer, int64_t expert) const { return layer * experts_ + expert; }
+  // Makes `keys` resident, evicting only slots whose experts `keep` does not name; false when
+  // there are not enough such slots (nothing changed then).
+  bool ensure(std::span<const Key> keys, const std::vector<bool>& keep, bool scan);
+  // Writes the table entries of `keys` (present: their slot's weights; else absent), one update
+  // per layer.
+  void point_tables(std::span<const Key> keys, bool present);
+  // `count` slots to load into: free ones first, then those whose experts `keep` does not
+  // protect, coldest first by the policy; fewer when there are not enough.
+  std::vector<int64_t> victims(size_t count, const std::vector<bool>& keep) const;
+  void touch(int64_t slot);
+
+  Backend& backend_;
+  ExpertPool& pool_;
+  std::unique_ptr<ExpertStore> store_;
+  ResidencyOptions options_;
+  int64_t layers_, experts_, top_k_;
+  std::vector<int64_t> moe_layers_;
+  ExpertRowLayout row_;
+  ExpertSlots slots_;
+  std::vector<int64_t> slot_of_;    // [layers * experts]: slot or -1
+  std::vector<int64_t> key_of_;     // [slots]: index() or -1
+  std::vector<uint64_t> last_use_;  // [slots]: step of the last use
+  std::vector<double> uses_;        // [slots]: decayed use counts (frequency policy)
+  Tensor tracking_;                 // backend memory: counters, then absent bits, then used bits
+  std::vector<uint32_t> host_tracking_;
+  int64_t words_;                   // bits words per layer
+  uint64_t tick_ = 0;
+  bool layerwise_ = false;
+  bool replayed_ = false;
+  bool warned_max_replays_ = false;
+  ResidencyStats stats_;
+  ResidencyStats logged_stats_;       // at the last KPI line
+  ExpertStoreCounters logged_store_;
+};
+
+}  // namespace moet
