@@ -140,6 +140,8 @@ class Backend {
   virtual ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) = 0;
   // Loads host rows (pinned memory from alloc_pinned() on CUDA: one batched copy) into slots
   // ids[i], converted to the backend's layout; afterwards slots.weights[ids[i]] is that expert.
+  // Returns once the rows have been read (their memory may be reused); the conversion and the
+  // steps after it are ordered on the backend's stream.
   virtual void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
                                  std::span<const uint8_t* const> rows) = 0;
   // Host memory the backend copies from at full speed (page-locked on CUDA), 4 KiB aligned.

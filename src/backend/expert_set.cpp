@@ -1,4 +1,5 @@
-// expert_set_check() (see backend.h): what every backend's expert_set() demands of a layer.
+// expert_set_check() and expert_set_assign() (see expert_types.h): what every backend's
+// expert_set() and expert_set_update() demand of a layer.
 #include "backend/backend.h"
 
 namespace moet {
@@ -35,6 +36,16 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
                inner);
   }
   return dense_dtype;
+}
+
+void expert_set_assign(ExpertSet& set, std::span<const int64_t> experts, std::span<const ExpertWeights> weights) {
+  MOET_CHECK(experts.size() == weights.size(), "expert_set_update: {} entries for {} weights", experts.size(),
+             weights.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    MOET_CHECK(experts[i] >= 0 && size_t(experts[i]) < set.experts.size(), "expert {} outside the layer", experts[i]);
+    set.experts[size_t(experts[i])] = weights[i];
+  }
+  expert_set_check(set.layout, set.experts);
 }
 
 }  // namespace moet

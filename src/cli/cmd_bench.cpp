@@ -207,7 +207,10 @@ void run(const BenchFlags& flags) {
       {"cuda_graphs", graphs ? "on" : "off"},
   };
   if (!flags.config_file.empty()) report["dummy_routing"] = flags.dummy_routing;
-  if (!prefill_experts.is_null()) report["experts_prefill"] = prefill_experts;
+  if (!prefill_experts.is_null()) {
+    report["experts_prefill"] = prefill_experts;
+    report["upload_gb_per_s"] = ops.upload_bandwidth(size_t(1) << 30);  // the fetches' ceiling
+  }
   double steps_per_s = 0.0, eager_steps_per_s = 0.0;
   if (graphs) {
     const DecodePass first = pass(true, true);  // captures every (batch, context bucket) graph

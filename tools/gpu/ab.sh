@@ -19,7 +19,7 @@ BATCH=${BATCH:-1}
 BENCHES=${BENCHES-cuda_ops_bench cuda_moe_bench}
 LIMIT=${MOET_AB_LIMIT:-150}
 mkdir -p "$OUT_DIR"
-CARRY=$PWD/.gpu-carry
+CARRY=${CARRY:-$PWD/.gpu-carry}
 [ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
 [ -x "$CARRY/moet_base" ] || { echo "no .gpu-carry/moet_base: pack with BASE=REV" >&2; exit 1; }
 export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

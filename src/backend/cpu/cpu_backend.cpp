@@ -413,13 +413,7 @@ void CpuBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> 
 
 void CpuBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                                    std::span<const ExpertWeights> weights) {
-  MOET_CHECK(experts.size() == weights.size(), "expert_set_update: {} entries for {} weights", experts.size(),
-             weights.size());
-  for (size_t i = 0; i < experts.size(); ++i) {
-    MOET_CHECK(experts[i] >= 0 && size_t(experts[i]) < set.experts.size(), "expert {} outside the layer", experts[i]);
-    set.experts[size_t(experts[i])] = weights[i];
-  }
-  expert_set_check(set.layout, set.experts);
+  expert_set_assign(set, experts, weights);
 }
 
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

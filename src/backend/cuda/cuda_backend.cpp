@@ -28,6 +28,26 @@ namespace {
 
 constexpr size_t kStagingBytes = size_t(32) << 20;
 
+// The fastest of 5 copies of `bytes` from src to dst on `stream` (after one to warm up), in seconds.
+double best_copy_seconds(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  double best = 0.0;
+  for (int round = 0; round < 6; ++round) {
+    cuda_check(cudaEventRecord(start, stream), "cudaEventRecord");
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, stream), "cudaMemcpy");
+    cuda_check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (round > 0 && (best == 0.0 || double(ms) * 1e-3 < best)) best = double(ms) * 1e-3;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for(options)) {
@@ -142,49 +162,18 @@ void CudaBackend::read_regions(const std::vector<ByteRegion>& regions, Tensor& s
   check_launch("read_regions");
 }
 
-// Best of 5 device-to-device copies of `bytes` bytes, timed with events; read + write counted.
+// Device-to-device copies; read + write counted.
 double CudaBackend::copy_bandwidth(size_t bytes) {
   const std::shared_ptr<void> src = memory_.allocate(bytes), dst = memory_.allocate(bytes);
   cuda_check(cudaMemsetAsync(src.get(), 1, bytes, stream_), "cudaMemset");
-  cudaEvent_t start, stop;
-  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
-  double best = 0.0;
-  for (int round = 0; round < 6; ++round) {
-    cuda_check(cudaEventRecord(start, stream_), "cudaEventRecord");
-    cuda_check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy");
-    cuda_check(cudaEventRecord(stop, stream_), "cudaEventRecord");
-    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0.0f;
-    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (round > 0) best = std::max(best, 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9);  // round 0 warms up
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  return 2.0 * double(bytes) / best_copy_seconds(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream_) / 1e9;
 }
 
-// Best of 5 pinned host-to-device copies of `bytes` (after one to warm up), on the copy stream
-// expert fetches use; GB/s of bytes moved.
+// Pinned host-to-device copies on the copy stream expert fetches use; bytes moved.
 double CudaBackend::upload_bandwidth(size_t bytes) {
   const std::shared_ptr<uint8_t> src = alloc_pinned(bytes);
   const std::shared_ptr<void> dst = memory_.allocate(bytes);
-  cudaEvent_t start, stop;
-  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
-  double best = 0.0;
-  for (int round = 0; round < 6; ++round) {
-    cuda_check(cudaEventRecord(start, copy_stream_), "cudaEventRecord");
-    cuda_check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyHostToDevice, copy_stream_), "cudaMemcpy");
-    cuda_check(cudaEventRecord(stop, copy_stream_), "cudaEventRecord");
-    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0.0f;
-    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (round > 0) best = std::max(best, double(bytes) / (double(ms) * 1e-3) / 1e9);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  return double(bytes) / best_copy_seconds(dst.get(), src.get(), bytes, cudaMemcpyHostToDevice, copy_stream_) / 1e9;
 }
 
 size_t CudaBackend::budget_for(const CudaBackendOptions& options) {

@@ -114,12 +114,7 @@ ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<Expert
 // The whole layer's table is rewritten in one copy (a few KB), ordered before the next step.
 void CudaBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                                     std::span<const ExpertWeights> weights) {
-  MOET_CHECK(experts.size() == weights.size(), "expert_set_update: {} entries for {} weights", experts.size(),
-             weights.size());
-  for (size_t i = 0; i < experts.size(); ++i) {
-    MOET_CHECK(experts[i] >= 0 && size_t(experts[i]) < set.experts.size(), "expert {} outside the layer", experts[i]);
-    set.experts[size_t(experts[i])] = weights[i];
-  }
+  expert_set_assign(set, experts, weights);
   std::vector<ExpertPointers> pointers;
   for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e));
   copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
@@ -208,6 +203,8 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
     cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
   }
+  // The rows have been read once the copies are done: the caller may reuse their memory.
+  cuda_check(cudaStreamSynchronize(copy_stream_), "waiting for the expert copies");
 }
 
 std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {

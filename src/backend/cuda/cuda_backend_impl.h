@@ -25,6 +25,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/head_norm_rope.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/prefill_attention.h"
 
 #include <cuda_runtime_api.h>

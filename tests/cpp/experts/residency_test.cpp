@@ -6,137 +6,27 @@
 // the bytes a resident load uploads; a miss tolerance K replays only steps that missed more than
 // K; bad settings and packs give clear errors or a rebuild, never wrong weights.
 #include "../cpu_isa_env.h"
-#include "../temp_dir.h"
+#include "../residency_scenarios.h"
 #include "backend/cpu/cpu_backend.h"
-#include "core/error.h"
-#include "engine/sampler.h"
-#include "engine/sequence_batch.h"
-#include "experts/expert_kpis.h"
-#include "io/checkpoint.h"
 
-#include <gtest/gtest.h>
-
-#include <cstring>
 #include <fstream>
-#include <map>
 
 namespace moet {
 namespace {
 
-const std::filesystem::path kSource = std::filesystem::path(MOET_SOURCE_DIR);
+using namespace residency_test;
 
-struct Decoded {
-  std::vector<std::vector<float>> logits;  // the prefill's last row, then every decode step's
-  std::vector<int64_t> passes;             // per step
-};
-
-// The prefill of `prompt`, then `steps` greedy decode steps, through a step runner.
-Decoded greedy(Model& model, const std::vector<int32_t>& prompt, int64_t steps) {
-  SequenceBatch batch(model, 1, int64_t(prompt.size()) + steps, 4);
-  Sequence& seq = batch.sequence(0);
-  seq.tokens = prompt;
-  Decoded run;
-  StepOutcome out = batch.run_rows(0, 0, int64_t(prompt.size()), ChunkRows::last);
-  run.logits.push_back(out.output.logits);
-  run.passes.push_back(out.passes);
-  const int64_t vocab = model.config().vocab_size;
-  for (int64_t i = 0; i < steps; ++i) {
-    seq.tokens.push_back(argmax(run.logits.back().data(), vocab));
-    out = batch.decode(int64_t(seq.tokens.size()) - 1);
-    run.logits.push_back(out.output.logits);
-    run.passes.push_back(out.passes);
-  }
-  return run;
+BackendFactory cpu() {
+  return [] { return cpu_backend_create({2, test_cpu_isa()}); };
 }
 
-void expect_same(const Decoded& a, const Decoded& b, const std::string& what) {
-  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
-  for (size_t i = 0; i < a.logits.size(); ++i)
-    ASSERT_EQ(0, std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)))
-        << what << ": step " << i << " differs";
+Loaded load(const Checkpoint& checkpoint, const std::filesystem::path& pack_dir, std::optional<TieringConfig> config) {
+  return residency_test::load(cpu(), checkpoint, pack_dir, std::move(config));
 }
-
-TieringConfig tiering(ExpertStoreKind store, int64_t slots) {
-  TieringConfig t;
-  t.residency.slots = slots;
-  t.residency.kpi_every = 0;
-  t.store.kind = store;
-  t.store.max_batch = 8;  // several fetches per step
-  return t;
-}
-
-struct Loaded {
-  std::unique_ptr<Backend> backend = cpu_backend_create({2, test_cpu_isa()});
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const Checkpoint& checkpoint, const std::filesystem::path& pack_dir,
-            std::optional<TieringConfig> config) {
-  Loaded l;
-  ModelLoadOptions options;
-  options.pack_dir = pack_dir;
-  options.tiering = std::move(config);
-  l.model = model_load(checkpoint, *l.backend, nullptr, options);
-  return l;
-}
-
-std::vector<int32_t> prompt_for(const Model& model, int64_t n, int64_t salt) {
-  std::vector<int32_t> p;
-  for (int64_t i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + salt * 101 + 3) % model.config().vocab_size));
-  return p;
-}
-
-struct Case {
-  std::string model;  // a folder under the source tree
-  ExpertStoreKind store;
-  int64_t steps;
-};
 
 class Residency : public ::testing::TestWithParam<Case> {};
 
-// Every scenario of one store on one model against the resident model's logits.
-TEST_P(Residency, BitIdenticalToResident) {
-  const Case c = GetParam();
-  const Checkpoint checkpoint = Checkpoint::open(kSource / c.model);
-  TempDir dir;
-  Loaded resident = load(checkpoint, {}, std::nullopt);
-  const ModelConfig& mc = resident.model->config();
-  int64_t moe_layers = 0;
-  for (bool moe : mc.layer_is_moe) moe_layers += moe;
-  const int64_t total = moe_layers * mc.n_routed_experts, top_k = mc.num_experts_per_tok;
-  const std::vector<int32_t> a = prompt_for(*resident.model, 9, 1), b = prompt_for(*resident.model, 6, 2);
-  const Decoded want_a = greedy(*resident.model, a, c.steps), want_b = greedy(*resident.model, b, c.steps);
-  const std::string name = c.model + "/" + expert_store_name(c.store);
-
-  const int64_t third = std::max(moe_layers * top_k, total / 3);
-  {  // cold start (the first boot builds the pack), then a warm pool
-    Loaded tiered = load(checkpoint, dir.path(), tiering(c.store, third));
-    expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " cold");
-    const ExpertKpis cold = tiered.model->experts().residency()->kpis();
-    EXPECT_GT(cold.replayed_steps, 0) << name;
-    EXPECT_GT(cold.fetched_rows, 0) << name;
-    expect_same(greedy(*tiered.model, b, c.steps), want_b, name + " warm");
-  }
-  {  // reboot: the pack reused (and the arena's saved hot set read back)
-    Loaded tiered = load(checkpoint, dir.path(), tiering(c.store, third));
-    expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " reboot");
-  }
-  {  // the smallest pool that holds a decode step whole: steps evict and replay
-    Loaded tiered = load(checkpoint, dir.path(), tiering(c.store, moe_layers * top_k));
-    const Decoded got = greedy(*tiered.model, a, c.steps);
-    expect_same(got, want_a, name + " evicting");
-    const ExpertKpis k = tiered.model->experts().residency()->kpis();
-    EXPECT_GT(k.replayed_steps, c.steps / 4) << name;
-    EXPECT_EQ(k.layerwise_steps, 1) << name << ": only the prefill";
-  }
-  {  // a pool smaller than a step's routed set: layer by layer, the prefill's layers in chunks
-    Loaded tiered = load(checkpoint, dir.path(), tiering(c.store, top_k));
-    expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " smaller than a step");
-    const ExpertKpis k = tiered.model->experts().residency()->kpis();
-    EXPECT_EQ(k.layerwise_steps, c.steps + 1) << name;
-    EXPECT_EQ(k.replayed_steps, 0) << name;
-  }
-}
+TEST_P(Residency, BitIdenticalToResident) { check_residency_scenarios(cpu(), GetParam()); }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
