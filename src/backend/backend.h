@@ -144,7 +144,8 @@ class Backend {
   // steps after it are ordered on the backend's stream.
   virtual void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
                                  std::span<const uint8_t* const> rows) = 0;
-  // Host memory the backend copies from at full speed (page-locked on CUDA), 4 KiB aligned.
+  // Host memory the backend copies from at full speed (page-locked on CUDA), 4 KiB aligned, not
+  // initialised.
   virtual std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) = 0;
   // t = 0 (inside a captured graph too).
   virtual void fill_zero(Tensor& t) = 0;

@@ -67,7 +67,8 @@ struct ExpertSet {
 // dtype for all; block formats: U8 code and scale planes, hidden and inner multiples of 32);
 // returns the dense dtype (F32 when none is present or the layout is a block format).
 DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts);
-// set.experts[experts[i]] = weights[i], checked (the part of expert_set_update every backend shares).
+// set.experts[experts[i]] = weights[i], the indices checked (the part of expert_set_update every
+// backend shares; the weights are already in the backend's layout).
 void expert_set_assign(ExpertSet& set, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
 
 // Where one expert's four planes sit in its host row (a pack slot, io/pack_format.h:

@@ -98,8 +98,10 @@ bool ExpertResidency::begin_pass(int64_t rows, bool recurring) {
     if (options_.policy == VictimPolicy::frequency)
       for (double& u : uses_) u *= options_.decay;
     const int64_t step_set = int64_t(moe_layers_.size()) * std::min(experts_, rows * top_k_);
-    layerwise_ = !recurring || step_set > slots_.count();
+    layerwise_ = !recurring || step_set > slots_.count() || prefer_layerwise_;
     if (layerwise_) ++stats_.layerwise_steps;
+    step_rows_ = rows;
+    step_fetched_ = stats_.fetched_rows;
   }
   ++stats_.passes;
   return !layerwise_;
@@ -187,7 +189,11 @@ bool ExpertResidency::ensure(std::span<const Key> keys, const std::vector<bool>&
 
 bool ExpertResidency::after_pass(int64_t pass) {
   replayed_ = false;
-  if (layerwise_) return false;
+  const int64_t one_layer = std::min(experts_, step_rows_ * top_k_);
+  if (layerwise_) {  // complete; graphs again once a step needs at most one layer's worth
+    if (stats_.fetched_rows - step_fetched_ <= one_layer) prefer_layerwise_ = false;
+    return false;
+  }
   backend_.to_host(tracking_, host_tracking_.data());
   const int64_t misses = int64_t(host_tracking_[0]);
   if (pass == 0) {
@@ -226,8 +232,16 @@ bool ExpertResidency::after_pass(int64_t pass) {
   }
   if (pass == 0) ++stats_.replayed_steps;
   replayed_ = true;
+  if (misses > one_layer) {  // routed from already-changed hidden states: run it layer by layer
+    layerwise_ = prefer_layerwise_ = true;
+    ++stats_.layerwise_steps;
+    return true;
+  }
   // The pass's experts and the missing ones together do not fit: run the step again layer by layer.
-  if (!ensure(missing, keep, false)) layerwise_ = true;
+  if (!ensure(missing, keep, false)) {
+    layerwise_ = true;
+    ++stats_.layerwise_steps;
+  }
   return true;
 }
 

@@ -7,7 +7,12 @@
 //              more than miss_tolerance (layer, expert) pairs were absent it fetches them all
 //              (victims: slots this pass did not use, least recently used first or least
 //              frequently with decay), points the tables at them and the step runs again, until
-//              nothing is missing or max_replays passes (then it logs once and accepts);
+//              nothing is missing or max_replays passes (then it logs once and accepts). A pass
+//              that missed more than one layer's worth (rows x top_k) is not fetched from: its
+//              later layers were routed from hidden states the missing experts had already
+//              changed, so most of what it names is not what the step needs. The step runs
+//              again layer by layer instead (exact in one pass), and so do the next steps until
+//              one of them fetches at most one layer's worth;
 //   layerwise  (prefill, mixed steps, decode steps the pool cannot hold) eagerly: before each MoE
 //              layer's experts run, the host reads the layer's routing and makes its experts
 //              resident; a layer routing to more experts than there are slots runs them in
@@ -130,6 +135,9 @@ class ExpertResidency {
   bool layerwise_ = false;
   bool replayed_ = false;
   bool warned_max_replays_ = false;
+  bool prefer_layerwise_ = false;     // decode steps start layer by layer (misses are many)
+  int64_t step_rows_ = 0;
+  int64_t step_fetched_ = 0;          // stats_.fetched_rows when the step began
   ResidencyStats stats_;
   ResidencyStats logged_stats_;       // at the last KPI line
   ExpertStoreCounters logged_store_;

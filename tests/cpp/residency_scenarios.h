@@ -1,8 +1,9 @@
 // The tiered-residency scenarios both the CPU suite (tests/cpp/experts) and the CUDA suite run
 // (included as "../residency_scenarios.h"): a prefill and greedy decode steps through a step
 // runner, compared bit for bit (memcmp) with the fully resident model, for a cold start, a warm
-// pool, a reboot from the pack, a pool so small that steps evict and replay, and a pool smaller
-// than one step's routed set (layer by layer, the prefill's layers in chunks).
+// pool, a reboot from the pack, a pool so small that steps evict (and, missing much, run layer
+// by layer), and a pool smaller than one step's routed set (layer by layer, the prefill's layers
+// in chunks).
 #pragma once
 
 #include "temp_dir.h"
@@ -126,8 +127,8 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     const Decoded got = greedy(*tiered.model, a, c.steps);
     expect_same(got, want_a, name + " evicting");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
-    EXPECT_GT(k.replayed_steps, c.steps / 4) << name;
-    EXPECT_EQ(k.layerwise_steps, 1) << name << ": only the prefill";
+    EXPECT_GT(k.replayed_steps, 0) << name;
+    EXPECT_GT(k.fetched_rows, c.steps) << name << ": the steps evict";
   }
   {  // a pool smaller than a step's routed set: layer by layer, the prefill's layers in chunks
     Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, top_k));

@@ -227,7 +227,6 @@ class CpuBackend final : public Backend, public BenchOps {
     const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
     auto* memory = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
     MOET_CHECK(memory != nullptr, "out of host memory allocating {} bytes", size);
-    std::memset(memory, 0, size);
     return std::shared_ptr<uint8_t>(memory, std::free);
   }
   void fill_zero(Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
@@ -414,6 +413,7 @@ void CpuBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> 
 void CpuBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                                    std::span<const ExpertWeights> weights) {
   expert_set_assign(set, experts, weights);
+  expert_set_check(set.layout, set.experts);  // the CPU's layout is the pack's
 }
 
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

@@ -211,7 +211,6 @@ std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {
   void* memory = nullptr;
   const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
   cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable), "allocating page-locked host memory");
-  std::memset(memory, 0, size);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
 }
 

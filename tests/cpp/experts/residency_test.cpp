@@ -79,7 +79,7 @@ TEST(ExpertStores, ServeTheResidentBytes) {
 TEST(ResidencyProtocol, ReplaysOnlyAboveTheTolerance) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / "models/tiny");
   for (const int64_t k : {int64_t(2), int64_t(1000)}) {
-    TieringConfig t = tiering(ExpertStoreKind::ram, 16);
+    TieringConfig t = tiering(ExpertStoreKind::ram, 40);  // few misses a step: decode stays in graphs
     t.residency.miss_tolerance = k;
     Loaded tiered = load(checkpoint, {}, t);
     ExpertResidency& r = *tiered.model->experts().residency();
