@@ -195,7 +195,7 @@ void run(const BenchFlags& flags) {
       {"family", mc.family},
       {"layers", mc.num_hidden_layers},
       {"backend", backend->name()},
-      {"experts", flags.experts.experts},
+      {"expert_format", flags.experts.experts},
       {"weights_gb", double(stats.bytes) / 1e9},
       {"load_seconds", load_seconds},  // reading (or inventing) and uploading the weights
       {"batch", batch},

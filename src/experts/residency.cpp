@@ -256,8 +256,10 @@ void ExpertResidency::run_layer(int64_t layer, const Tensor& x, const Tensor& ex
   for (int64_t e = 0; e < experts_; ++e)
     if (routed[size_t(e)]) keys.push_back({layer, e});
   stats_.routed_items += int64_t(ids.size());
+  for (int32_t e : ids)
+    if (e >= 0 && e < experts_ && slot_of_[size_t(index(layer, e))] >= 0) stats_.resident_items += 1;
   for (const Key& k : keys)
-    if (slot_of_[size_t(index(k.layer, k.expert))] >= 0) stats_.resident_items += 1;
+    if (slot_of_[size_t(index(k.layer, k.expert))] < 0) stats_.missing_pairs += 1;  // found missing, fetched
   const ExpertSet& set = pool_.layer(layer);
   const int64_t chunk = slots_.count();
   const bool scan = x.rows() > options_.max_step_rows;  // a prefill: do not let it evict the decode hot set

@@ -64,7 +64,7 @@ struct TieringConfig {
 // Totals since the residency was made.
 struct ResidencyStats {
   int64_t steps = 0, replayed_steps = 0, layerwise_steps = 0, passes = 0;
-  int64_t missing_pairs = 0;     // (layer, expert) pairs found absent, every pass
+  int64_t missing_pairs = 0;     // (layer, expert) pairs found absent, every pass (layer by layer: before the layer ran)
   int64_t accepted_misses = 0;   // of those, in passes that stood (tolerance or max_replays)
   int64_t routed_items = 0, resident_items = 0;  // routings of first passes and those that found their expert
   int64_t fetched_rows = 0;
