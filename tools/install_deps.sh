@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libpcre2-dev libutf8proc-dev zlib1g-dev libxxhash-dev liburing-dev libcpp-httplib-dev libzstd-dev libssl-dev
+  libpcre2-dev libutf8proc-dev zlib1g-dev libxxhash-dev liburing-dev libboost-dev libzstd-dev libssl-dev
 )
 PIP_PACKAGES=(pytest numpy ml_dtypes tokenizers jinja2 safetensors openai prometheus-client)
 
