@@ -37,7 +37,7 @@ nlohmann::ordered_json normalize_message(const Json& message, size_t index) {
   const std::string role = message["role"].get<std::string>();
   if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles))
     bad_request(where + ".role", "{}.role '{}' is not one of system, developer, user, assistant, tool", where, role);
-  nlohmann::ordered_json out = nlohmann::ordered_json::parse(message.dump());
+  nlohmann::ordered_json out = message;
   if (role == "developer") out["role"] = "system";
   normalize_tool_calls(out, where);
   if (!message.contains("content") || message["content"].is_null()) {
@@ -93,7 +93,7 @@ ChatPrompt render_chat_prompt(const Json& body, const ServerContext& ctx) {
   if (!messages || messages->empty()) bad_request("messages", "'messages' must be a non-empty array");
   nlohmann::ordered_json request = nlohmann::ordered_json::object();
   if (const Json* kwargs = json_object(body, "chat_template_kwargs"))
-    for (const auto& [k, v] : kwargs->items()) request[k] = nlohmann::ordered_json::parse(v.dump());
+    for (const auto& [k, v] : kwargs->items()) request[k] = v;
   request["messages"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < messages->size(); ++i) request["messages"].push_back(normalize_message((*messages)[i], i));
   ChatPrompt prompt;
@@ -106,7 +106,7 @@ ChatPrompt render_chat_prompt(const Json& body, const ServerContext& ctx) {
   }
   parse_tool_choice(body, prompt);
   if (!prompt.tools.empty() && prompt.tool_choice != ToolChoice::none) {
-    request["tools"] = nlohmann::ordered_json::parse(prompt.tools.dump());
+    request["tools"] = prompt.tools;
     prompt.has_tools = true;
   }
   request["add_generation_prompt"] = json_bool(body, "add_generation_prompt", true);

@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/reasoning_parser.h"
+#include "server/structured_output.h"
 
 #include <algorithm>
 #include <cmath>
@@ -139,6 +140,14 @@ void parse_job_common(const Json& body, const ServerContext& ctx, GenerationJob&
   if (const Json* options = json_object(body, "stream_options")) job.include_usage = json_bool(*options, "include_usage", false);
 }
 
+// A constrained request ends with an end token once its grammar is complete, whatever ignore_eos.
+void constrain(RequestParams& base, std::shared_ptr<const TokenConstraint> constraint, const ServerContext& ctx) {
+  if (!constraint) return;
+  base.sampling.constraint = std::move(constraint);
+  for (int32_t id : ctx.eos_ids)
+    if (std::find(base.stop_ids.begin(), base.stop_ids.end(), id) == base.stop_ids.end()) base.stop_ids.push_back(id);
+}
+
 // One request per (prompt, sample); seeds differ per sample so n > 1 gives n different choices.
 void expand(GenerationJob& job, const RequestParams& base, const std::vector<std::vector<int32_t>>& prompts,
             int64_t max_tokens) {
@@ -209,6 +218,7 @@ GenerationJob parse_completion_request(const Json& body, const ServerContext& ct
   job.echo = json_bool(body, "echo", false);
   require(!job.echo || base.sampling.logprobs < 0, "echo",
           "echo with logprobs needs the prompt's logprobs, which moet does not compute; drop one of them");
+  constrain(base, structured_output(body, nullptr, false, false, ctx), ctx);
   expand(job, base, prompts, parse_max_tokens(body, "max_tokens", 16));
   validate(job, ctx, "prompt", "max_tokens");
   return job;
@@ -224,12 +234,14 @@ GenerationJob parse_chat_request(const Json& body, const ServerContext& ctx) {
   require(logprobs || !json_has(body, "top_logprobs"), "top_logprobs", "top_logprobs needs logprobs: true");
   if (logprobs) base.sampling.logprobs = parse_logprobs_count(body, "top_logprobs");
   const std::vector<int32_t> prompt = ctx.tokenizer.encode(chat.text, false);
+  const bool opens_reasoning = ctx.reasoning && prompt_opens_reasoning(chat.text);
+  constrain(base, structured_output(body, &chat, ctx.reasoning, opens_reasoning, ctx), ctx);
   const int64_t room = std::max<int64_t>(1, ctx.max_model_len() - int64_t(prompt.size()));
   const char* key = json_has(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   expand(job, base, {prompt}, parse_max_tokens(body, key, room));
   job.parse_tools = chat.has_tools && ctx.tool_parser != nullptr;
   job.parse_reasoning = ctx.reasoning;
-  job.reasoning_starts_inside = ctx.reasoning && prompt_opens_reasoning(chat.text);
+  job.reasoning_starts_inside = opens_reasoning;
   validate(job, ctx, "messages", key);
   return job;
 }

@@ -6,6 +6,7 @@
 #include "engine/async_engine.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/token_mask.h"
 #include "server/tool_parser.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,7 @@ struct ServerContext {
   std::vector<int32_t> eos_ids;
   int64_t created = 0;                      // unix time of the start (the model's "created")
   Metrics metrics;
+  mutable GrammarCache grammars;            // compiled structured-output grammars, by source
 
   const std::string& model_name() const { return options.served_model_names.front(); }
   int64_t max_model_len() const { return engine.config().max_model_len; }

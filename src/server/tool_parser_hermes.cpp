@@ -15,6 +15,10 @@ class HermesToolParser : public ToolParser {
  public:
   std::string_view start() const override { return kOpen; }
 
+  ToolCallFormat format() const override {
+    return {"", "", "\n", std::string(kOpen) + "\n{\"name\": ", ", \"arguments\": ", "}\n" + std::string(kClose), true};
+  }
+
   ToolParseResult parse(std::string_view text) const override {
     ToolParseResult result;
     size_t pos = 0;
