@@ -126,7 +126,15 @@ const std::vector<Route>& routes() {
        }},
       {"GET", "/metrics", false,
        [](ServerContext& ctx, HttpExchange& ex) {
-         ex.respond({200, "text/plain; version=0.0.4; charset=utf-8", ctx.metrics.render(ctx.engine.stats()), {}});
+         std::string text = ctx.metrics.render(ctx.engine.stats());
+         text += fmt::format(
+             "# HELP moet:structured_output_cache_hits_total Structured-output requests whose compiled grammar was "
+             "cached.\n# TYPE moet:structured_output_cache_hits_total counter\n"
+             "moet:structured_output_cache_hits_total {}\n"
+             "# HELP moet:structured_output_cache_misses_total Structured-output requests that compiled a grammar.\n"
+             "# TYPE moet:structured_output_cache_misses_total counter\nmoet:structured_output_cache_misses_total {}\n",
+             ctx.grammars.hits(), ctx.grammars.misses());
+         ex.respond({200, "text/plain; version=0.0.4; charset=utf-8", std::move(text), {}});
        }},
       {"POST", "/v1/completions", false,
        [](ServerContext& ctx, HttpExchange& ex) {

@@ -113,6 +113,15 @@ def client(server):
     return server.client()
 
 
+@pytest.fixture(scope="session")
+def tiny_server(moet_bin, tmp_path_factory):
+    """models/tiny (trained, so its outputs look like text) with a Hermes tool-call format."""
+    s = Server(moet_bin, TINY_MODEL, tmp_path_factory.mktemp("tiny") / "tiny.log", "--tool-call-parser", "hermes",
+               max_model_len=4096)
+    yield s
+    s.stop()
+
+
 def sample_value(families, name, **labels):
     """The value of metric sample `name` with `labels` (sums over unlisted labels)."""
     total = 0.0

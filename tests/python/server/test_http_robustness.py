@@ -241,6 +241,18 @@ def test_connection_close_is_honoured(server):
     assert answer.startswith(b"HTTP/1.1 200")
     assert b"connection: close" in answer.lower()
     assert closed, "the server must close the connection after answering"
+    # The server's own "Connection: close" is kept too: after an error on a keep-alive connection
+    # it either says close and closes, or keeps the connection and answers the next request.
+    bad = b'{"prompt": '
+    answer, closed = raw_exchange(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                                  b"Content-Type: application/json\r\n\r\n%s" % (len(bad), bad) +
+                                  b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=3)
+    assert answer.startswith(b"HTTP/1.1 400")
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    if b"connection: close" in head:
+        assert closed and answer.count(b"HTTP/1.1 ") == 1
+    else:
+        assert answer.count(b"HTTP/1.1 ") == 2
 
 
 def test_keep_alive_serves_pipelined_requests(server):
@@ -289,13 +301,6 @@ def test_cors(moet_bin, model_dir, tmp_path):
         conn.close()
     finally:
         s.stop()
-
-
-@pytest.fixture(scope="module")
-def tiny_server(moet_bin, tmp_path_factory):
-    s = Server(moet_bin, TINY_MODEL, tmp_path_factory.mktemp("tiny") / "tiny.log", max_model_len=4096)
-    yield s
-    s.stop()
 
 
 def test_non_streaming_request_is_cancelled_when_its_client_leaves(tiny_server):
