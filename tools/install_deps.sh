@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git python3 python3-pip
+  build-essential cmake ninja-build pkg-config git python3 python3-pip clang libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libpcre2-dev libutf8proc-dev zlib1g-dev libxxhash-dev liburing-dev libboost-dev libzstd-dev libssl-dev

@@ -19,5 +19,5 @@ built=$(date +%s)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" --timeout 900
 tested=$(date +%s)
-BUILD="$BUILD" bash tools/fuzz/run.sh "$FUZZ_SECONDS"
+BUILD="$BUILD" FUZZ_SEED=${FUZZ_SEED:-1} bash tools/fuzz/run.sh "$FUZZ_SECONDS"
 echo "[sanitizers] build $((built - start)) s, C++ tests $((tested - built)) s, fuzz $(( $(date +%s) - tested )) s"

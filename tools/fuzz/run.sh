@@ -7,6 +7,7 @@
 #            tool_parser_fuzz (all by default)
 # BUILD (default build-fuzz) is the build folder; one that tools/test_sanitizers.sh made works too.
 # Crashes are written to $BUILD/fuzz/artifacts/; corpora grow in $BUILD/fuzz/corpus/<target>.
+# FUZZ_SEED fixes libFuzzer's random seed (CI sets it, so a short run is reproducible).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET=${1:-600}
@@ -32,7 +33,7 @@ for target in "${TARGETS[@]}"; do
   log="$BUILD/fuzz/$target.log"
   status=0
   "$BUILD/fuzz/$target" -max_total_time="$SECONDS_PER_TARGET" -timeout=25 -rss_limit_mb=4096 -max_len=16384 \
-    -print_final_stats=1 -artifact_prefix="$BUILD/fuzz/artifacts/$target-" "$corpus" > "$log" 2>&1 || status=$?
+    -print_final_stats=1 ${FUZZ_SEED:+-seed=$FUZZ_SEED} -artifact_prefix="$BUILD/fuzz/artifacts/$target-" "$corpus" > "$log" 2>&1 || status=$?
   runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
   speed=$(grep -oE "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
   cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1 || echo "cov: ?")
