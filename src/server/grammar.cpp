@@ -11,30 +11,45 @@ namespace moet::server {
 namespace {
 
 constexpr size_t kMaxRules = 400000;
-constexpr int kMaxDepth = 4096;  // nested expansions without consuming a byte
+constexpr size_t kMaxDepth = 512;       // stack height: nesting (JSON: about 170 levels), or left recursion
+constexpr size_t kMaxClosure = 200000;  // intermediate stacks of one expansion
 
-// Expands `stack` until its top is a terminal (or it is empty) and adds the results to `out`.
-void expand(const Grammar& g, GrammarStack stack, GrammarStacks& out, int depth) {
-  MOET_CHECK(depth < kMaxDepth, "grammar: expansion too deep (a left-recursive or endlessly nullable rule)");
-  while (!stack.empty()) {
+// Expands every stack of `work` until its top is a terminal (or it is empty) and adds the results
+// to `out`. Each intermediate stack is expanded once (nested optional or nullable rules reach the
+// same continuation many ways: without this, exponentially often), and the work is capped, so a
+// hostile grammar fails (moet::Error) instead of running away.
+void closure(const Grammar& g, std::vector<GrammarStack> work, GrammarStacks& out) {
+  std::set<GrammarStack> seen;
+  while (!work.empty()) {
+    GrammarStack stack = std::move(work.back());
+    work.pop_back();
+    if (!seen.insert(stack).second) continue;
+    MOET_CHECK(seen.size() <= kMaxClosure, "grammar: too ambiguous (more than {} ways to continue)", kMaxClosure);
+    MOET_CHECK(stack.size() <= kMaxDepth, "grammar: nesting deeper than {} (or a left-recursive rule)", kMaxDepth);
+    if (stack.empty()) {
+      out.insert(std::move(stack));
+      continue;
+    }
     const uint32_t pos = stack.back();
     const int32_t sym = g.code[pos];
     if (sym == Grammar::kEnd) {
       stack.pop_back();
+      work.push_back(std::move(stack));
       continue;
     }
-    if (sym >= 0) break;
+    if (sym >= 0) {
+      out.insert(std::move(stack));
+      continue;
+    }
     const uint32_t rule = uint32_t(~sym);
     stack.back() = pos + 1;
     if (g.code[pos + 1] == Grammar::kEnd) stack.pop_back();  // a tail reference: nothing to return to
     for (uint32_t start : g.alternatives[rule]) {
       GrammarStack next = stack;
       next.push_back(start);
-      expand(g, std::move(next), out, depth + 1);
+      work.push_back(std::move(next));
     }
-    return;
   }
-  out.insert(std::move(stack));
 }
 
 void utf8_encode(uint32_t cp, uint8_t* out, int& n) {
@@ -102,21 +117,24 @@ std::vector<GrammarBuilder::Range> normalize(std::vector<GrammarBuilder::Range> 
 }  // namespace
 
 GrammarStacks grammar_start(const Grammar& g, uint32_t rule) {
+  std::vector<GrammarStack> work;
+  for (uint32_t start : g.alternatives[rule]) work.push_back(GrammarStack{start});
   GrammarStacks out;
-  for (uint32_t start : g.alternatives[rule]) expand(g, GrammarStack{start}, out, 0);
+  closure(g, std::move(work), out);
   return out;
 }
 
 GrammarStacks grammar_advance(const Grammar& g, const GrammarStacks& stacks, uint8_t byte) {
-  GrammarStacks out;
+  std::vector<GrammarStack> work;
   for (const GrammarStack& stack : stacks) {
     if (stack.empty()) continue;
     const uint32_t pos = stack.back();
     if (!byteset_has(g.sets[size_t(g.code[pos])], byte)) continue;
-    GrammarStack next = stack;
-    next.back() = pos + 1;
-    expand(g, std::move(next), out, 0);
+    work.push_back(stack);
+    work.back().back() = pos + 1;
   }
+  GrammarStacks out;
+  closure(g, std::move(work), out);
   return out;
 }
 

@@ -2,6 +2,7 @@
 #include "server/token_mask.h"
 
 #include "core/error.h"
+#include "core/log.h"
 
 #include <algorithm>
 #include <cstring>
@@ -70,29 +71,52 @@ void TokenVocabulary::build_trie() {
 
 namespace {
 
+// One request's position in a CompiledGrammar. If the grammar gives up (a limit of grammar.cpp:
+// nesting beyond 4096 levels, or an explosion of ambiguity), the request is ended rather than the
+// engine: only end tokens are allowed from then on, and the failure is logged.
 class GrammarMatcher final : public TokenMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> g) : g_(std::move(g)), state_(g_->initial()) {}
 
   const uint64_t* allowed(int64_t vocab) override {
     words_.assign(std::max(g_->vocab_words(), size_t((vocab + 63) / 64)), 0);
-    g_->mask(state_, words_.data());
+    if (!failed_) {
+      try {
+        g_->mask(state_, words_.data());
+        return words_.data();
+      } catch (const Error& e) {
+        MOET_LOG_WARN("structured output: {}; ending the request", e.what());
+        failed_ = true;
+        std::fill(words_.begin(), words_.end(), 0);
+      }
+    }
+    for (int32_t id : g_->vocabulary().end_ids())
+      if (id >= 0 && size_t(id) < words_.size() * 64) words_[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
     return words_.data();
   }
 
   void accept(int32_t token) override {
-    const int32_t next = g_->advance(state_, token);
-    MOET_CHECK(next != CompiledGrammar::kDead, "structured output: token {} does not continue the grammar", token);
-    state_ = next;
+    if (failed_) return;
+    int32_t next = CompiledGrammar::kDead;
+    try {  // the mask's walk already made these transitions, so this only reads them
+      next = g_->advance(state_, token);
+    } catch (const Error& e) {
+      MOET_LOG_WARN("structured output: {}; ending the request", e.what());
+    }
+    if (next == CompiledGrammar::kDead) failed_ = true;  // only end tokens from now on
+    else state_ = next;
   }
 
  private:
   std::shared_ptr<const CompiledGrammar> g_;
   int32_t state_;
+  bool failed_ = false;
   std::vector<uint64_t> words_;
 };
 
-GrammarStacks decode_key(const std::vector<uint32_t>& key) {
+GrammarStacks decode_key(const std::string& bytes) {
+  std::vector<uint32_t> key(bytes.size() / sizeof(uint32_t));
+  std::memcpy(key.data(), bytes.data(), bytes.size());
   GrammarStacks stacks;
   for (size_t i = 0; i < key.size();) {
     const uint32_t n = key[i++];
@@ -124,20 +148,26 @@ int32_t CompiledGrammar::intern(const GrammarStacks& stacks) const {
   std::string bytes(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(uint32_t));
   const auto it = ids_.find(bytes);
   if (it != ids_.end()) return it->second;
+  const size_t cost = 2 * bytes.size() + 256 * sizeof(int32_t) + sizeof(State) + 64;
+  if (state_bytes_ + cost > kMaxStateBytes) exhausted_ = true;
+  MOET_CHECK(!exhausted_,
+             "the grammar's automaton outgrew its memory budget ({} MiB, {} states)", kMaxStateBytes >> 20,
+             states_.size());
+  state_bytes_ += cost;
+  const auto id = int32_t(states_.size());
+  const auto [entry, _] = ids_.emplace(std::move(bytes), id);  // node keys do not move on rehash
   auto state = std::make_unique<State>();
-  state->key = std::move(key);
+  state->key = &entry->first;
   state->next.assign(256, kUnknown);
   state->complete = grammar_complete(stacks);
   states_.push_back(std::move(state));
-  const auto id = int32_t(states_.size() - 1);
-  ids_.emplace(std::move(bytes), id);
   return id;
 }
 
 int32_t CompiledGrammar::step(int32_t state, uint8_t byte) const {
   State& s = *states_[size_t(state)];  // States do not move when states_ grows
   if (s.next[byte] != kUnknown) return s.next[byte];
-  return s.next[byte] = intern(grammar_advance(grammar_, decode_key(s.key), byte));
+  return s.next[byte] = intern(grammar_advance(grammar_, decode_key(*s.key), byte));
 }
 
 int32_t CompiledGrammar::advance_bytes(int32_t state, std::string_view bytes) const {
@@ -198,9 +228,9 @@ void CompiledGrammar::mask(int32_t state, uint64_t* words) const {
     return;
   }
   compute_mask(state, words);
-  if (masks_kept_ < kMaxMasks) {
+  if (mask_bytes_ + vocab_words() * sizeof(uint64_t) <= kMaxMaskBytes) {
     s.mask.assign(words, words + vocab_words());
-    ++masks_kept_;
+    mask_bytes_ += vocab_words() * sizeof(uint64_t);
   }
 }
 
@@ -209,7 +239,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
                                                          const std::vector<int32_t>& eos_ids) {
   {
     std::lock_guard lock(mutex_);
-    if (const auto it = index_.find(key); it != index_.end()) {
+    if (const auto it = index_.find(key); it != index_.end() && !it->second->second->exhausted()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       ++hits_;
       return it->second->second;
@@ -220,7 +250,11 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
   std::shared_ptr<const CompiledGrammar> compiled = std::make_shared<CompiledGrammar>(make(), vocab_);
   std::lock_guard lock(mutex_);
   ++misses_;
-  if (const auto it = index_.find(key); it != index_.end()) return it->second->second;
+  if (const auto it = index_.find(key); it != index_.end()) {
+    if (!it->second->second->exhausted()) return it->second->second;
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
   lru_.emplace_front(key, compiled);
   index_[key] = lru_.begin();
   while (lru_.size() > capacity_) {

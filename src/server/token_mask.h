@@ -9,13 +9,14 @@
 // between values revisits the same few states, so after the first tokens nearly every mask is a
 // lookup. A CompiledGrammar is shared by every request with the same constraint (it is cached per
 // schema, structured_output.h) and is thread-safe (one mutex; the sampler threads of a step may
-// use it at once). At most kMaxMasks masks are kept; beyond, masks are recomputed when needed.
+// use it at once). Its memory is bounded (kMaxStateBytes, kMaxMaskBytes).
 #pragma once
 
 #include "engine/sampler.h"
 #include "server/grammar.h"
 #include "tokenizer/tokenizer.h"
 
+#include <atomic>
 #include <functional>
 #include <list>
 #include <memory>
@@ -63,7 +64,11 @@ class CompiledGrammar : public TokenConstraint, public std::enable_shared_from_t
  public:
   // Throws moet::Error when the grammar matches nothing.
   static constexpr int32_t kDead = -1;
-  static constexpr size_t kMaxMasks = 4096;
+  // Memory bounds of one grammar's automaton: states (their stacks and transition tables) may
+  // take kMaxStateBytes (beyond, the request that needs a new state is ended; see
+  // GrammarMatcher), masks are kept while they take less than kMaxMaskBytes.
+  static constexpr size_t kMaxStateBytes = size_t(32) << 20;
+  static constexpr size_t kMaxMaskBytes = size_t(16) << 20;
 
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
   std::unique_ptr<TokenMatcher> start() const override;
@@ -78,10 +83,13 @@ class CompiledGrammar : public TokenConstraint, public std::enable_shared_from_t
   size_t vocab_words() const { return size_t((vocab_->size() + 63) / 64); }
   const TokenVocabulary& vocabulary() const { return *vocab_; }
   size_t states() const;
+  // The state budget ran out (a request wandered far); the cache then compiles a fresh one, so
+  // one such request does not end the others that use the same schema.
+  bool exhausted() const { return exhausted_.load(); }
 
  private:
   struct State {
-    std::vector<uint32_t> key;  // flattened stacks: size, positions, size, positions...
+    const std::string* key;     // in ids_: the flattened stacks (size, positions, size, ...) as bytes
     std::vector<int32_t> next;  // per byte: a state, kDead, or kUnknown
     bool complete = false;
     std::vector<uint64_t> mask;  // empty until computed (and kept)
@@ -98,7 +106,8 @@ class CompiledGrammar : public TokenConstraint, public std::enable_shared_from_t
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<State>> states_;
   mutable std::unordered_map<std::string, int32_t> ids_;
-  mutable size_t masks_kept_ = 0;
+  mutable size_t state_bytes_ = 0, mask_bytes_ = 0;
+  mutable std::atomic<bool> exhausted_{false};
 };
 
 // Compiled grammars by source text (schema, pattern, ...), least recently used dropped beyond
@@ -107,6 +116,7 @@ class GrammarCache {
  public:
   GrammarCache() = default;
   explicit GrammarCache(size_t capacity) : capacity_(capacity) {}
+  static constexpr size_t kDefaultCapacity = 32;  // at most 32 x 48 MiB of automata
   // The compiled grammar for key; on a miss `make` builds its Grammar (throwing ApiError as it
   // sees fit) and the least recently used entry beyond the capacity is dropped.
   std::shared_ptr<const CompiledGrammar> get(const std::string& key, const std::function<Grammar()>& make,
@@ -115,7 +125,7 @@ class GrammarCache {
   int64_t misses() const;
 
  private:
-  size_t capacity_ = 64;
+  size_t capacity_ = kDefaultCapacity;
   mutable std::mutex mutex_;
   std::shared_ptr<const TokenVocabulary> vocab_;  // built on the first structured request
   std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> lru_;

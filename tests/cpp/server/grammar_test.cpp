@@ -6,6 +6,7 @@
 #include "server/json_schema_grammar.h"
 #include "server/regex_grammar.h"
 #include "server/token_mask.h"
+#include "engine/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,17 @@ TEST(RegexGrammar, JsonStringSpelling) {
   EXPECT_TRUE(grammar_matches(g, "a\\\"\\n"));
   EXPECT_TRUE(grammar_matches(g, "a\\\"\\\\"));
   EXPECT_FALSE(grammar_matches(g, "a\"\n"));
+}
+
+TEST(RegexGrammar, NestedOptionalsStayPolynomial) {
+  // Every level of nesting doubles the ways to reach the same continuation: without expanding
+  // each intermediate stack once, this took minutes (found by request_fuzz).
+  std::string pattern;
+  for (int i = 0; i < 6; ++i) pattern += "((((((((((a?)?)?)?)?)?)?)?)?)?)?b";
+  const Grammar g = regex_grammar(pattern);
+  EXPECT_TRUE(grammar_matches(g, "bbbbbb"));
+  EXPECT_TRUE(grammar_matches(g, "abababababab"));
+  EXPECT_FALSE(grammar_matches(g, "aab"));
 }
 
 TEST(RegexGrammar, UnsupportedIsAnError) {
@@ -237,6 +249,49 @@ TEST(TokenMask, MasksAreCachedPerState) {
     m->accept(int32_t(1 + ('x' - 32)));
   }
   EXPECT_LT(g->states(), 40u);
+}
+
+TEST(TokenMask, TooDeepEndsTheRequestInsteadOfThrowing) {
+  auto vocab = toy_vocab();
+  auto g = std::make_shared<CompiledGrammar>(schema_grammar(Json::object()), vocab);  // any JSON value
+  auto m = g->start();
+  const int32_t open = int32_t(1 + ('[' - 32));
+  bool ended = false;
+  for (int i = 0; i < 5000 && !ended; ++i) {
+    const uint64_t* words = m->allowed(vocab->size());
+    if (!((words[open >> 6] >> (open & 63)) & 1)) {
+      ended = true;  // past the nesting limit: only the end token is left
+      EXPECT_TRUE(words[0] & 1);
+      for (int32_t id = 1; id < vocab->size(); ++id) EXPECT_FALSE((words[id >> 6] >> (id & 63)) & 1);
+      break;
+    }
+    m->accept(open);
+  }
+  EXPECT_TRUE(ended);
+}
+
+// The Sampler side: a constrained row is sampled from the whole logits, only among the allowed
+// tokens, and the matcher sees each sampled token.
+TEST(SamplerConstraint, SamplesOnlyAllowedTokensAndAdvances) {
+  auto vocab = toy_vocab();
+  auto g = std::make_shared<CompiledGrammar>(regex_grammar("ab?c"), vocab);
+  SamplingParams p;
+  p.constraint = g;
+  EXPECT_EQ(Sampler::top_width(p, vocab->size()), 0);
+  for (const float temperature : {0.0f, 1.0f}) {
+    p.temperature = temperature;
+    p.seed = 5;
+    Sampler sampler(p);
+    std::vector<float> logits(size_t(vocab->size()), 0.0f);
+    logits[size_t(1 + ('z' - 32))] = 50.0f;  // the model wants 'z', which the grammar never allows
+    std::string text;
+    for (int step = 0; step < 5; ++step) {
+      const int32_t t = sampler.sample(logits.data(), vocab->size()).token;
+      if (t == 0) break;
+      text += vocab->bytes(t);
+    }
+    EXPECT_TRUE(text == "ac" || text == "abc") << text;
+  }
 }
 
 }  // namespace

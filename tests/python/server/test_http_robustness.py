@@ -323,3 +323,18 @@ def test_non_streaming_request_is_cancelled_when_its_client_leaves(tiny_server):
     assert sample_value(m, "moet:request_success_total", finished_reason="abort") == before + 1
     assert sample_value(m, "moet:num_requests_running") == 0
     assert sample_value(m, "moet:kv_blocks_used") == 0
+
+
+def test_a_second_signal_exits_at_once(moet_bin, tmp_path):
+    s = Server(moet_bin, TINY_MODEL, tmp_path / "twice.log", "--shutdown-timeout", "60", max_model_len=4096)
+    conn, response = open_stream(s.port, stream_body({**LONG, "max_tokens": 3000}))
+    assert response.readline().startswith(b"data: ")
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert s.proc.poll() is None  # draining: the stream may run for a minute
+    start = time.time()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=10) == 1
+    assert time.time() - start < 5
+    conn.close()
+    s.log.close()
