@@ -5,12 +5,13 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git python3 python3-pip
+  build-essential cmake ninja-build pkg-config git python3 python3-pip clang libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libpcre2-dev libutf8proc-dev zlib1g-dev libxxhash-dev liburing-dev libcpp-httplib-dev libzstd-dev libssl-dev
+  libpcre2-dev libutf8proc-dev zlib1g-dev libxxhash-dev liburing-dev libboost-dev libzstd-dev libssl-dev
+  chromium
 )
-PIP_PACKAGES=(pytest numpy ml_dtypes tokenizers jinja2 safetensors openai prometheus-client)
+PIP_PACKAGES=(pytest numpy ml_dtypes tokenizers jinja2 safetensors openai prometheus-client jsonschema)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -28,7 +29,7 @@ else
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import pytest, numpy, ml_dtypes, tokenizers, jinja2, safetensors, openai, prometheus_client" 2>/dev/null; then
+if ! $PY -c "import pytest, numpy, ml_dtypes, tokenizers, jinja2, safetensors, openai, prometheus_client, jsonschema" 2>/dev/null; then
   echo "[install_deps] pip: ${PIP_PACKAGES[*]}"
   $PY -m pip install -q "${PIP_PACKAGES[@]}" || $PY -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"
 else

@@ -1,6 +1,8 @@
 // `moet serve MODEL_DIR`: the OpenAI-compatible server (vLLM's flag names where they exist).
-// Loads the model, tokenizer and chat template, starts the engine loop and the HTTP server, and
-// shuts down cleanly on SIGINT/SIGTERM. Sampling defaults come from generation_config.json.
+// Loads the model, tokenizer and chat template, starts the engine loop and the HTTP server. On
+// SIGINT/SIGTERM it drains: no new connections, running requests get --shutdown-timeout seconds,
+// then remaining streams end with an error event and [DONE]; exit 0. A second signal exits at
+// once (status 1). Sampling defaults come from generation_config.json.
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -10,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <thread>
 
 namespace moet::cli {
@@ -26,6 +30,7 @@ struct ServeFlags {
   ExpertOptions experts;
   server::ServerOptions server;
   EngineConfig engine;
+  double shutdown_timeout = 30.0;
 };
 
 // temperature/top_p/top_k/min_p/repetition_penalty from the model's generation_config.json.
@@ -53,6 +58,20 @@ void run(ServeFlags flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+  // Each connection is a file descriptor: take the hard limit, and keep the cap below it.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
+    const size_t room = files.rlim_cur > 256 ? size_t(files.rlim_cur) - 128 : 128;
+    if (flags.server.http.max_connections > room) {
+      MOET_LOG_WARN("--max-connections {} lowered to {} (open-file limit {})", flags.server.http.max_connections,
+                    room, size_t(files.rlim_cur));
+      flags.server.http.max_connections = room;
+    }
+  }
 
   Tokenizer tokenizer = Tokenizer::from_dir(flags.model_dir);
   std::optional<ChatTemplate> chat_template;
@@ -91,21 +110,25 @@ void run(ServeFlags flags) {
                 ctx.tool_parser ? std::string(ctx.tool_parser->start()) : "none", ctx.reasoning ? "on" : "off");
 
   server::HttpServer http(ctx);
-  std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    MOET_LOG_INFO("signal {}: shutting down", signal);
-    http.stop();
+  http.listen();  // throws (exit 1) when the port is taken
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  MOET_LOG_INFO("signal {}: draining (running requests get up to {} s; a second signal exits at once)", signal,
+                flags.shutdown_timeout);
+  std::atomic<bool> drained{false};
+  std::thread second([&] {
+    int again = 0;
+    sigwait(&stop_signals, &again);
+    if (drained) return;
+    MOET_LOG_WARN("signal {} again: exiting now", again);
+    std::_Exit(1);
   });
-  try {
-    http.serve();
-  } catch (...) {
-    pthread_kill(waiter.native_handle(), SIGTERM);
-    waiter.join();
-    throw;
-  }
-  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter when serve() ended another way
-  waiter.join();
+  http.drain(flags.shutdown_timeout);
+  http.stop();
+  drained = true;
+  pthread_kill(second.native_handle(), SIGTERM);  // wakes the second-signal waiter
+  second.join();
+  MOET_LOG_INFO("shut down");
 }
 
 }  // namespace
@@ -113,8 +136,8 @@ void run(ServeFlags flags) {
 void register_serve(CLI::App& app, Actions& actions) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* sub = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API (vLLM-style flags)");
-  sub->add_option("model,--model", flags->model_dir, "model folder: config.json + *.safetensors + tokenizer files")
-      ->required();
+  sub->add_option("model", flags->model_dir, "model folder: config.json + *.safetensors + tokenizer files (or --model)");
+  sub->add_option("--model", flags->model_dir)->group("");  // vLLM's spelling; the same option, not listed twice
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
   auto& s = flags->server;
@@ -139,10 +162,38 @@ void register_serve(CLI::App& app, Actions& actions) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--kv-cache-memory-bytes", e.kv_cache_bytes, "memory budget of the automatic KV block count")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.enable_prefix_caching,
-                "reuse the KV blocks of shared prompt prefixes (default on)");
-  sub->add_option("--max-request-bytes", s.max_request_bytes, "largest accepted request body; larger ones get 413")
+  sub->add_flag_callback("--enable-prefix-caching", [flags] { flags->engine.enable_prefix_caching = true; },
+                         "reuse the KV blocks of shared prompt prefixes (the default)");
+  sub->add_flag_callback("--no-enable-prefix-caching", [flags] { flags->engine.enable_prefix_caching = false; },
+                         "turn prefix caching off");
+  sub->add_option("--max-request-bytes", s.max_request_bytes,
+                  "largest accepted request body, Content-Length or chunked; larger ones get 413")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-header-bytes", s.http.max_header_bytes,
+                  "largest request line + headers; larger ones get 431")
+      ->capture_default_str()->check(CLI::Range(size_t(1024), size_t(1) << 30));
+  sub->add_option("--header-timeout", s.http.header_timeout,
+                  "seconds a request may take from its first byte to the end of its headers (then the connection "
+                  "is closed)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--body-timeout", s.http.body_timeout, "seconds a request body may take to arrive after its headers")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--keep-alive-timeout", s.http.idle_timeout,
+                  "seconds an idle keep-alive connection is kept open between requests")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--write-timeout", s.http.write_timeout,
+                  "seconds one response write may take before the client is dropped as gone")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-connections", s.http.max_connections,
+                  "most open connections; over it the oldest idle or still-reading one is closed (requests already "
+                  "read are never dropped for it)")
+      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(1) << 20));
+  sub->add_option("--shutdown-timeout", flags->shutdown_timeout,
+                  "on SIGTERM/SIGINT, seconds running requests may take to finish before their streams are ended")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--allowed-origins", s.allowed_origins,
+                  "CORS: origins (e.g. http://localhost:3000, or *) whose browser requests are allowed; default none")
+      ->delimiter(',');
   sub->add_option("--tool-call-parser", s.tool_call_parser,
                   "tool-call format: auto (from the chat template), none, hermes (= qwen3), deepseek_v3")
       ->capture_default_str()
@@ -154,7 +205,10 @@ void register_serve(CLI::App& app, Actions& actions) {
                   "deepseek_r1, qwen3")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "qwen3"}));
-  actions[sub] = [flags] { run(*flags); };
+  actions[sub] = [flags] {
+    if (flags->model_dir.empty()) fail("serve: the model folder is required (moet serve MODEL_DIR)");
+    run(*flags);
+  };
 }
 
 }  // namespace moet::cli

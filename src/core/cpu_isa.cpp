@@ -1,12 +1,17 @@
 // CPU feature detection for kernel dispatch (see cpu_isa.h).
 #include "core/cpu_isa.h"
 
+#include <cpuid.h>
+
 namespace moet {
 
 bool cpu_supports_avx2() {
   static const bool supported = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID (leaf 1, ECX bit 29): clang does not know __builtin_cpu_supports("f16c").
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return supported;
 }

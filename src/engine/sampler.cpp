@@ -71,6 +71,17 @@ void SamplingParams::validate(int64_t vocab) const {
 
 Sampler::Sampler(const SamplingParams& params, CpuIsa isa) : params_(params), isa_(isa), rng_(params.seed) {
   params.validate(INT64_MAX);
+  if (params_.constraint) matcher_ = params_.constraint->start();
+}
+
+void Sampler::apply_constraint(int64_t vocab) {
+  const uint64_t* allowed = matcher_->allowed(vocab);
+  bool any = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if ((allowed[i >> 6] >> (i & 63)) & 1) any = true;
+    else work_[size_t(i)] = -INFINITY;
+  }
+  MOET_CHECK(any, "structured output: no token can continue the constrained text");
 }
 
 void Sampler::apply_penalties(std::span<const int32_t> prompt, std::span<const int32_t> output) {
@@ -172,7 +183,7 @@ void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampleResult& re
 SampleResult Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> prompt,
                              std::span<const int32_t> output) {
   SampleResult result;
-  if (raw_logits(params_) && params_.temperature == 0.0f) {
+  if (raw_logits(params_) && params_.temperature == 0.0f && !matcher_) {
     result.token = argmax(logits, vocab);  // nothing to apply: no copy
   } else {
     work_.assign(logits, logits + vocab);
@@ -180,14 +191,16 @@ SampleResult Sampler::sample(const float* logits, int64_t vocab, std::span<const
     for (const auto& [id, bias] : params_.logit_bias)
       if (id >= 0 && id < vocab) work_[size_t(id)] += bias;
     apply_penalties(prompt, output);
+    if (matcher_) apply_constraint(vocab);
     result.token = params_.temperature == 0.0f ? argmax(work_.data(), vocab) : draw(vocab, false);
   }
+  if (matcher_) matcher_->accept(result.token);
   if (params_.logprobs >= 0) fill_logprobs(logits, vocab, result);
   return result;
 }
 
 int64_t Sampler::top_width(const SamplingParams& params, int64_t vocab) {
-  if (!raw_logits(params) || params.logprobs >= 0) return 0;
+  if (!raw_logits(params) || params.logprobs >= 0 || params.constraint) return 0;
   if (params.temperature == 0.0f) return 1;
   return params.top_k >= 1 && params.top_k < vocab ? params.top_k : 0;
 }

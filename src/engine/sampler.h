@@ -4,6 +4,9 @@
 // generator seeded per request, so a given seed reproduces the same tokens regardless of which
 // other requests share the batch. Logprobs are those of the raw model distribution
 // (log_softmax of the unprocessed logits), as vLLM and OpenAI report them.
+// With a constraint (structured output), the tokens it does not allow are set to -inf after the
+// penalties, and the sampled token is passed to its matcher; such a row needs the whole logits
+// (top_width() is 0).
 // Only as much of the vocabulary is sorted as the truncation and the draw reach (most of the
 // mass sits in a few tokens), and the weights' exponential is vectorised: a temperature draw over
 // a 152k vocabulary takes 0.25-0.32 ms on the dev machine, where a full sort took 17
@@ -19,12 +22,31 @@
 #include "core/cpu_isa.h"
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 namespace moet {
+
+// Structured output: which tokens a request may sample next. The engine knows only this interface
+// (server/token_mask.h implements it with grammars). A TokenConstraint is shared and immutable to
+// its users; start() gives each request its own TokenMatcher. allowed() returns a bitmap over the
+// vocabulary (token i allowed when bit i % 64 of word i / 64 is set) valid until the next call;
+// accept() advances past the sampled token.
+class TokenMatcher {
+ public:
+  virtual ~TokenMatcher() = default;
+  virtual const uint64_t* allowed(int64_t vocab) = 0;
+  virtual void accept(int32_t token) = 0;
+};
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual std::unique_ptr<TokenMatcher> start() const = 0;
+};
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
@@ -37,6 +59,8 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
   std::unordered_map<int32_t, float> logit_bias;
   int64_t logprobs = -1;            // -1: none; else top alternatives to return (0..20)
+  // Structured output: tokens outside its mask get -inf before truncation (whole rows only).
+  std::shared_ptr<const TokenConstraint> constraint;
 
   // Throws moet::Error naming the first out-of-range field; vocab checks logit_bias ids.
   void validate(int64_t vocab) const;
@@ -76,9 +100,12 @@ class Sampler {
   // Makes order_[0, n) (at least; n <= pool) the n best pool entries, sorted.
   void sort_prefix(size_t n);
   void fill_logprobs(const float* logits, int64_t vocab, SampleResult& result);
+  // Sets the logits of the tokens the constraint does not allow to -inf (work_ holds the row).
+  void apply_constraint(int64_t vocab);
 
   SamplingParams params_;
   CpuIsa isa_;
+  std::unique_ptr<TokenMatcher> matcher_;  // from params_.constraint
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::vector<int32_t> ids_;

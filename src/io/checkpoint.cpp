@@ -70,7 +70,9 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
 
   std::string index_text;
   nlohmann::json weight_map = nlohmann::json::object();
-  XXH3_state_t* hash = XXH3_createState();
+  // Owned, so that a check failing in the loop below does not leak it.
+  const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(), XXH3_freeState);
+  XXH3_state_t* hash = state.get();
   XXH3_128bits_reset(hash);
   XXH3_128bits_update(hash, config_text.data(), config_text.size());
   for (const auto& path : shard_paths(dir, &index_text, &weight_map)) {
@@ -99,7 +101,6 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
                "does not hold it", name, file.get<std::string>());
   XXH3_128bits_update(hash, index_text.data(), index_text.size());
   const XXH128_hash_t digest = XXH3_128bits_digest(hash);
-  XXH3_freeState(hash);
   ckpt.identity_ = fmt::format("{:016x}{:016x}", digest.high64, digest.low64);
   for (const auto& [name, info] : ckpt.by_name_) ckpt.names_.push_back(name);
   MOET_LOG_DEBUG("{}: {} tensors in {} file(s), identity {}", dir.string(), ckpt.names_.size(),

@@ -80,6 +80,8 @@ void config_read_common(const json& c, ModelConfig& m) {
   m.hidden_size = req_int(c, "hidden_size");
   m.num_hidden_layers = req_int(c, "num_hidden_layers");
   m.num_attention_heads = req_int(c, "num_attention_heads");
+  MOET_CHECK(m.num_attention_heads > 0, "config.json: num_attention_heads must be positive (got {})",
+             m.num_attention_heads);  // before it divides below
   m.num_key_value_heads = opt_int(c, "num_key_value_heads", m.num_attention_heads);
   m.head_dim = opt_int(c, "head_dim", m.hidden_size / m.num_attention_heads);
   m.intermediate_size = opt_int(c, "intermediate_size", 0);

@@ -13,9 +13,9 @@ std::string api_error_type(int status) {
   }
 }
 
-nlohmann::json api_error_body(int status, const std::string& message, const std::string& param,
+nlohmann::ordered_json api_error_body(int status, const std::string& message, const std::string& param,
                               const std::string& code) {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;
   return {{"error",
            {{"message", message},
             {"type", api_error_type(status)},
@@ -23,6 +23,6 @@ nlohmann::json api_error_body(int status, const std::string& message, const std:
             {"code", code.empty() ? json(status) : json(code)}}}};
 }
 
-nlohmann::json ApiError::body() const { return api_error_body(status_, what(), param_, code_); }
+nlohmann::ordered_json ApiError::body() const { return api_error_body(status_, what(), param_, code_); }
 
 }  // namespace moet::server

@@ -16,7 +16,7 @@ class ApiError : public Error {
   ApiError(int status, std::string message, std::string param = {}, std::string code = {})
       : Error(message), status_(status), param_(std::move(param)), code_(std::move(code)) {}
   int status() const { return status_; }
-  nlohmann::json body() const;
+  nlohmann::ordered_json body() const;
 
  private:
   int status_;
@@ -26,7 +26,7 @@ class ApiError : public Error {
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, ...
 std::string api_error_type(int status);
-nlohmann::json api_error_body(int status, const std::string& message, const std::string& param = {},
+nlohmann::ordered_json api_error_body(int status, const std::string& message, const std::string& param = {},
                               const std::string& code = {});
 
 template <typename... Args>

@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace moet::server {
 namespace {
 
-Json bytes_of(const std::string& s) {
+Json bytes_json(const std::string& s) {
   Json bytes = Json::array();
   for (unsigned char c : s) bytes.push_back(int(c));
   return bytes;
@@ -28,22 +30,26 @@ void append_logprobs(Json& total, const Json& delta) {
 ChoiceState::ChoiceState(const ServerContext& ctx, const GenerationJob& job, int64_t index, std::string response_id)
     : ctx_(ctx), chat_(job.chat), index_(index), response_id_(std::move(response_id)), want_logprobs_(job.requests.front().sampling.logprobs >= 0) {
   if (job.parse_reasoning) reasoning_.emplace(job.reasoning_starts_inside);
+  if (job.echo) {
+    echo_ = ctx.tokenizer.decode(job.requests[size_t(index)].prompt, job.requests[size_t(index)].skip_special_tokens);
+  }
   if (job.parse_tools) tool_start_.emplace(std::vector<std::string>{std::string(ctx.tool_parser->start())});
 }
 
 Json ChoiceState::logprobs_json(const RequestOutput& out) const {
   if (!want_logprobs_) return nullptr;
   auto token_text = [&](int32_t id) { return ctx_.tokenizer.decode(std::span<const int32_t>(&id, 1), false); };
+  // The token's own bytes (a byte-level token may hold part of a UTF-8 character; its text
+  // then shows U+FFFD, its bytes do not), as OpenAI reports them.
+  auto token_bytes = [&](int32_t id) { return bytes_json(ctx_.tokenizer.token_bytes(id)); };
   if (chat_) {
     Json content = Json::array();
     for (const SampleResult& s : out.logprobs) {
       Json top = Json::array();
-      for (const TokenLogprob& t : s.top) {
-        const std::string text = token_text(t.id);
-        top.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", bytes_of(text)}});
-      }
-      const std::string text = token_text(s.token);
-      content.push_back({{"token", text}, {"logprob", s.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+      for (const TokenLogprob& t : s.top)
+        top.push_back({{"token", token_text(t.id)}, {"logprob", t.logprob}, {"bytes", token_bytes(t.id)}});
+      content.push_back({{"token", token_text(s.token)}, {"logprob", s.logprob}, {"bytes", token_bytes(s.token)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -124,9 +130,10 @@ Json ChoiceState::apply(const RequestOutput& out) {
   Json choice = {{"index", index_}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
   bool send = finished_ || !logprobs.is_null();
   if (!chat_) {
-    text_ += out.text;
-    choice["text"] = out.text;
-    send = send || !out.text.empty();
+    const std::string text = echo_.empty() ? out.text : std::exchange(echo_, {}) + out.text;
+    text_ += text;
+    choice["text"] = text;
+    send = send || !text.empty();
   } else {
     ReasoningPiece piece;
     route_text(out.text, piece);

@@ -42,6 +42,7 @@ class ChoiceState {
   std::string response_id_;
   bool want_logprobs_;
   bool sent_role_ = false;
+  std::string echo_;  // the prompt's text, until the first output carries it (completions, echo)
   std::optional<ReasoningParser> reasoning_;
   std::optional<StopMatcher> tool_start_;  // set when tool calls are parsed
   std::string tool_text_;                  // from the tool-call marker on

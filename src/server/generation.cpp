@@ -2,6 +2,7 @@
 #include "server/generation.h"
 
 #include "core/log.h"
+#include "server/api_error.h"
 #include "server/choice_state.h"
 
 #include <chrono>
@@ -30,6 +31,7 @@ struct Response {
   std::vector<ChoiceState> choices;
   std::vector<double> last_token_time;
   size_t finished = 0;
+  bool aborted = false;
 
   Response(ServerContext& c, GenerationJob j)
       : ctx(c), job(std::move(j)), id(new_response_id(job.chat)),
@@ -64,6 +66,8 @@ struct Response {
   }
 
   void abort_unfinished() {
+    if (aborted) return;
+    aborted = true;
     for (size_t i = 0; i < choices.size(); ++i) {
       if (choices[i].finished()) continue;
       ctx.engine.abort(stream->ids()[i]);
@@ -94,59 +98,84 @@ struct Response {
 
 std::string sse(const Json& data) { return "data: " + data.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n"; }
 
-void respond_blocking(Response& r, httplib::Response& res) {
+constexpr char kShutdownMessage[] = "the server is shutting down; the request was cut short";
+
+void respond_blocking(Response& r, HttpExchange& ex) {
   Json ignored;
-  while (!r.done()) r.next(ignored);
+  while (!r.done()) {
+    if (ex.client_gone()) {
+      MOET_LOG_INFO("{}: client disconnected; aborting its unfinished requests", r.id);
+      r.abort_unfinished();
+      return;
+    }
+    if (ex.must_stop()) {
+      r.abort_unfinished();
+      ex.respond({503, "application/json", api_error_body(503, kShutdownMessage).dump(), {}});
+      return;
+    }
+    r.next(ignored);
+  }
   Json body = r.envelope(r.job.chat ? "chat.completion" : "text_completion");
   body["choices"] = Json::array();
   for (const ChoiceState& c : r.choices) body["choices"].push_back(c.final());
   body["usage"] = r.usage();
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+  ex.respond({200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}});
 }
 
-void respond_streaming(std::shared_ptr<Response> r, httplib::Response& res) {
-  const char* object = r->job.chat ? "chat.completion.chunk" : "text_completion";
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [r, object](size_t, httplib::DataSink& sink) {
-        if (r->done()) {
-          if (r->job.include_usage) {
-            Json chunk = r->envelope(object);
-            chunk["choices"] = Json::array();
-            chunk["usage"] = r->usage();
-            const std::string data = sse(chunk);
-            if (!sink.write(data.data(), data.size())) return false;
-          }
-          const std::string done = "data: [DONE]\n\n";
-          if (!sink.write(done.data(), done.size())) return false;
-          sink.done();
-          return true;
-        }
-        Json choice;
-        if (!r->next(choice)) return sink.is_writable();  // nothing yet; give up if the client left
-        if (choice.is_null()) return true;
-        Json chunk = r->envelope(object);
-        chunk["choices"] = Json::array({choice});
-        if (r->job.include_usage) chunk["usage"] = nullptr;
-        const std::string data = sse(chunk);
-        return sink.write(data.data(), data.size());
-      },
-      [r](bool success) {
-        if (success && r->done()) return;
-        MOET_LOG_INFO("{}: client disconnected; aborting its unfinished requests", r->id);
-        r->abort_unfinished();
-      });
+// Ends a stream cut short by the shutdown: a final chunk per unfinished choice (finish_reason
+// "abort"), an error event, [DONE].
+void end_stream_for_shutdown(Response& r, HttpExchange& ex, const char* object) {
+  Json chunk = r.envelope(object);
+  chunk["choices"] = Json::array();
+  for (size_t i = 0; i < r.choices.size(); ++i) {
+    if (r.choices[i].finished()) continue;
+    Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", "abort"}};
+    if (r.job.chat) choice["delta"] = Json::object();
+    else choice["text"] = "";
+    chunk["choices"].push_back(choice);
+  }
+  r.abort_unfinished();
+  const std::string error = sse(api_error_body(503, kShutdownMessage, {}, "server_shutdown"));
+  if (ex.write(sse(chunk)) && ex.write(error)) ex.write("data: [DONE]\n\n");
+  ex.end_stream();
+}
+
+void respond_streaming(Response& r, HttpExchange& ex) {
+  const char* object = r.job.chat ? "chat.completion.chunk" : "text_completion";
+  if (!ex.start_stream("text/event-stream", {{"Cache-Control", "no-cache"}})) {
+    r.abort_unfinished();
+    return;
+  }
+  while (!r.done()) {
+    if (ex.must_stop()) return end_stream_for_shutdown(r, ex, object);
+    Json choice;
+    if (!ex.client_gone() && (!r.next(choice) || choice.is_null())) continue;
+    Json chunk = r.envelope(object);
+    chunk["choices"] = Json::array({choice});
+    if (r.job.include_usage) chunk["usage"] = nullptr;
+    if (ex.client_gone() || !ex.write(sse(chunk))) {
+      MOET_LOG_INFO("{}: client disconnected; aborting its unfinished requests", r.id);
+      r.abort_unfinished();
+      return;
+    }
+  }
+  if (r.job.include_usage) {
+    Json chunk = r.envelope(object);
+    chunk["choices"] = Json::array();
+    chunk["usage"] = r.usage();
+    if (!ex.write(sse(chunk))) return;
+  }
+  if (ex.write("data: [DONE]\n\n")) ex.end_stream();
 }
 
 }  // namespace
 
-void respond_generation(ServerContext& ctx, GenerationJob job, httplib::Response& res) {
-  auto response = std::make_shared<Response>(ctx, std::move(job));
-  if (response->job.stream) {
-    respond_streaming(response, res);
+void respond_generation(ServerContext& ctx, GenerationJob job, HttpExchange& exchange) {
+  Response response(ctx, std::move(job));
+  if (response.job.stream) {
+    respond_streaming(response, exchange);
   } else {
-    respond_blocking(*response, res);
+    respond_blocking(response, exchange);
   }
 }
 

@@ -1,16 +1,18 @@
 // Answering a parsed generation request: submits its engine requests, then either waits for all
 // choices and sends one JSON response, or streams Server-Sent Events ("data: {chunk}\n\n" per
-// delta, an optional usage chunk, then "data: [DONE]"). A stream whose client went away (a failed
-// write, or httplib giving up on the connection) aborts its unfinished requests, which frees their
-// KV blocks. Records TTFT, inter-token latency and finished-request metrics.
+// delta, an optional usage chunk, then "data: [DONE]"). A client that goes away (it closes its
+// side, or a write fails) aborts the unfinished requests, streamed or not, which frees their KV
+// blocks. When the server's drain timeout passes (HttpExchange::must_stop), the unfinished choices
+// end with finish_reason "abort": a stream sends them, an error event and [DONE]; a non-streaming
+// request gets a 503. Records TTFT, inter-token latency and finished-request metrics.
 #pragma once
 
 #include "server/openai_request.h"
 
-#include <httplib.h>
+#include "server/http_types.h"
 
 namespace moet::server {
 
-void respond_generation(ServerContext& ctx, GenerationJob job, httplib::Response& res);
+void respond_generation(ServerContext& ctx, GenerationJob job, HttpExchange& exchange);
 
 }  // namespace moet::server

@@ -11,7 +11,7 @@
 
 namespace moet::server {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keeps the order of object keys (schema properties, tool parameters)
 
 bool json_has(const Json& body, const char* key);  // present and not null
 double json_number(const Json& body, const char* key, double fallback);

@@ -4,7 +4,9 @@
 #pragma once
 
 #include "engine/async_engine.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/token_mask.h"
 #include "server/tool_parser.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -22,6 +24,8 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;  // the first is reported by /v1/models
   std::string api_key;                          // empty: no authentication
   size_t max_request_bytes = size_t(8) << 20;
+  HttpLimits http;                              // header size, timeouts, connection cap (body: max_request_bytes)
+  std::vector<std::string> allowed_origins;     // CORS: origins answered with CORS headers ("*": any)
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
   SamplingParams default_sampling;              // from generation_config.json (temperature 1.0 otherwise)
@@ -37,6 +41,7 @@ struct ServerContext {
   std::vector<int32_t> eos_ids;
   int64_t created = 0;                      // unix time of the start (the model's "created")
   Metrics metrics;
+  mutable GrammarCache grammars;            // compiled structured-output grammars, by source
 
   const std::string& model_name() const { return options.served_model_names.front(); }
   int64_t max_model_len() const { return engine.config().max_model_len; }

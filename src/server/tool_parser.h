@@ -17,6 +17,16 @@ struct ToolCall {
   std::string arguments;  // a JSON object serialized as a string (OpenAI's shape)
 };
 
+// How a format spells calls, for generating them under tool_choice "required" or a named
+// function: section_begin, then calls separated by `separator`, then section_end; each call is
+// call_begin, the name (as a JSON string literal when name_json), call_middle, the arguments
+// object, call_end.
+struct ToolCallFormat {
+  std::string section_begin, section_end, separator;
+  std::string call_begin, call_middle, call_end;
+  bool name_json = false;
+};
+
 struct ToolParseResult {
   std::string content;          // text outside the tool-call markup
   std::vector<ToolCall> calls;
@@ -27,6 +37,7 @@ class ToolParser {
   virtual ~ToolParser() = default;
   virtual std::string_view start() const = 0;
   virtual ToolParseResult parse(std::string_view text) const = 0;
+  virtual ToolCallFormat format() const = 0;
 };
 
 std::unique_ptr<ToolParser> tool_parser_hermes();

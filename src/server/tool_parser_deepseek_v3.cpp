@@ -53,6 +53,12 @@ class DeepSeekV3ToolParser : public ToolParser {
  public:
   std::string_view start() const override { return kCallsBegin; }
 
+  ToolCallFormat format() const override {  // the V3 spelling (type "function" and a json fence)
+    return {std::string(kCallsBegin), std::string(kCallsEnd), "",
+            std::string(kCallBegin) + "function" + std::string(kSep), "\n```json\n", "\n```" + std::string(kCallEnd),
+            false};
+  }
+
   ToolParseResult parse(std::string_view text) const override {
     ToolParseResult result;
     const size_t begin = text.find(kCallsBegin);

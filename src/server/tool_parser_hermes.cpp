@@ -1,6 +1,7 @@
 // Hermes / Qwen2.5 / Qwen3 tool calls: each call is `<tool_call>{"name": ..., "arguments": {...}}
 // </tool_call>` (whitespace around the JSON allowed); text outside the tags is content. A call
-// whose JSON does not parse, or an unclosed final tag, is kept as content.
+// whose JSON does not parse, that has no name, or whose arguments are not an object (or a string
+// holding one), and an unclosed final tag, are kept as content.
 #include "server/tool_parser.h"
 
 #include <nlohmann/json.hpp>
@@ -11,9 +12,26 @@ namespace {
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
 
+// {"name": NAME, "arguments": OBJECT} (arguments may also be a string holding the object's JSON,
+// or absent for {}); false for anything else.
+bool parse_call(std::string_view body, ToolCall& call) {
+  const auto json = nlohmann::json::parse(body, nullptr, false);
+  if (!json.is_object() || !json.contains("name") || !json["name"].is_string()) return false;
+  call.name = json["name"].get<std::string>();
+  nlohmann::json args = json.value("arguments", nlohmann::json::object());
+  if (args.is_string()) args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
+  if (call.name.empty() || !args.is_object()) return false;
+  call.arguments = args.dump();
+  return true;
+}
+
 class HermesToolParser : public ToolParser {
  public:
   std::string_view start() const override { return kOpen; }
+
+  ToolCallFormat format() const override {
+    return {"", "", "\n", std::string(kOpen) + "\n{\"name\": ", ", \"arguments\": ", "}\n" + std::string(kClose), true};
+  }
 
   ToolParseResult parse(std::string_view text) const override {
     ToolParseResult result;
@@ -26,11 +44,10 @@ class HermesToolParser : public ToolParser {
         break;
       }
       const std::string_view body = text.substr(open + kOpen.size(), close - open - kOpen.size());
-      const auto call = nlohmann::json::parse(body, nullptr, false);
-      if (call.is_object() && call.contains("name") && call["name"].is_string()) {
+      ToolCall parsed;
+      if (parse_call(body, parsed)) {
         result.content.append(text.substr(pos, open - pos));
-        const auto args = call.value("arguments", nlohmann::json::object());
-        result.calls.push_back({call["name"].get<std::string>(), args.is_string() ? args.get<std::string>() : args.dump()});
+        result.calls.push_back(std::move(parsed));
       } else {
         result.content.append(text.substr(pos, close + kClose.size() - pos));
       }

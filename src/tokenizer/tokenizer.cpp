@@ -226,6 +226,30 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return out;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const auto token = id_to_token(id);
+  if (!token) return {};
+  if (impl_->decoder && impl_->decoder->uses_byte_fallback()) {
+    if (const int byte = tok::byte_fallback_value(*token); byte >= 0) return std::string(1, char(byte));
+  }
+  // Decoded after a plain token, so that a decoder's start-of-text rules (a stripped leading
+  // space) do not apply; the anchor's text is then cut off.
+  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";
+  const auto anchor = token_to_id("a");
+  std::string text;
+  if (anchor && !is_special(id)) {
+    const int32_t pair[2] = {*anchor, id};
+    const std::string head = decode(std::span<const int32_t>(pair, 1));
+    text = decode(std::span<const int32_t>(pair, 2));
+    text = text.starts_with(head) ? text.substr(head.size()) : decode(std::span<const int32_t>(&id, 1));
+  } else {
+    text = decode(std::span<const int32_t>(&id, 1));
+  }
+  if (text.find(kReplacement) == std::string::npos) return text;
+  if (auto raw = tok::unicode_to_bytes(*token)) return *raw;  // a byte-level spelling
+  return text;
+}
+
 size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

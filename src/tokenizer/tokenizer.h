@@ -40,6 +40,10 @@ class Tokenizer {
   // Unknown ids are skipped, like HF.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
+  // The bytes one token adds to a decoded text (after other tokens): a byte-level token's raw
+  // bytes even when they are part of a UTF-8 character, a "<0xNN>" token's byte. Empty for an
+  // unknown id.
+  std::string token_bytes(int32_t id) const;
   size_t vocab_size() const;  // largest id + 1
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;

@@ -108,8 +108,13 @@ class CpuBackend final : public Backend, public BenchOps {
     return cache;
   }
 
-  void to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.bytes()); }
-  void from_host(const void* src, Tensor& dst) override { std::memcpy(dst.data, src, dst.bytes()); }
+  // Empty copies may come with null pointers, which memcpy must not see (UBSan: nonnull-attribute).
+  void to_host(const Tensor& src, void* dst) override {
+    if (src.bytes() > 0) std::memcpy(dst, src.data, src.bytes());
+  }
+  void from_host(const void* src, Tensor& dst) override {
+    if (dst.bytes() > 0) std::memcpy(dst.data, src, dst.bytes());
+  }
   ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) override;
   double copy_bandwidth(size_t bytes) override;
 

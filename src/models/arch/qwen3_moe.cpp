@@ -20,7 +20,15 @@ void read_qwen3_moe(const json& c, ModelConfig& m) {
   m.norm_topk_prob = opt_bool(c, "norm_topk_prob", false);
   const int64_t step = opt_int(c, "decoder_sparse_step", 1);
   std::vector<int64_t> dense_layers;
-  if (present(c, "mlp_only_layers")) dense_layers = c["mlp_only_layers"].get<std::vector<int64_t>>();
+  if (present(c, "mlp_only_layers")) {
+    // Element by element: get<std::vector<int64_t>>() would convert floats unchecked (UB when
+    // out of range; found by config_fuzz).
+    MOET_CHECK(c["mlp_only_layers"].is_array(), "config.json: 'mlp_only_layers' must be a list of layer indices");
+    for (const nlohmann::json& v : c["mlp_only_layers"]) {
+      MOET_CHECK(v.is_number_integer(), "config.json: 'mlp_only_layers' must be a list of layer indices");
+      dense_layers.push_back(v.get<int64_t>());
+    }
+  }
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     const bool listed = std::find(dense_layers.begin(), dense_layers.end(), l) != dense_layers.end();
     m.layer_is_moe.push_back(!listed && m.n_routed_experts > 0 && step > 0 && (l + 1) % step == 0);

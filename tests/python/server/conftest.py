@@ -17,6 +17,7 @@ from test_model import build_model_dir
 HERE = pathlib.Path(__file__).resolve().parent
 FIXTURE = HERE.parents[1] / "fixtures" / "deepseek_v3"
 MODEL_NAME = "tiny-test"
+TINY_MODEL = HERE.parents[2] / "models" / "tiny"  # the bundled trained model (vocab 8192, 4096 positions)
 
 
 def free_port():
@@ -28,12 +29,13 @@ def free_port():
 class Server:
     """A `moet serve` child process; .url is its base URL, .get/.post speak raw HTTP."""
 
-    def __init__(self, moet_bin, model_dir, log_path, *extra):
-        self.port = free_port()
+    def __init__(self, moet_bin, model_dir, log_path, *extra, max_model_len=256, port=None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
         self.log = open(log_path, "w")
         args = [moet_bin, "serve", str(model_dir), "--port", str(self.port), "--served-model-name", MODEL_NAME,
-                "--max-model-len", "256", "--block-size", "8", "--max-num-batched-tokens", "64",
+                "--max-model-len", str(max_model_len), "--block-size", "8", "--max-num-batched-tokens", "64",
                 "--max-num-seqs", "32", "--threads", "2",
                 "--experts", "native",  # the expert formats have their own tests; these are about serving
                 *map(str, extra)]
@@ -74,6 +76,16 @@ class Server:
     def client(self, api_key="none"):
         return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=60)
 
+    def rss_bytes(self):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def log_text(self):
+        self.log.flush()
+        return pathlib.Path(self.log_path).read_text()
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -99,6 +111,15 @@ def server(moet_bin, model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def client(server):
     return server.client()
+
+
+@pytest.fixture(scope="session")
+def tiny_server(moet_bin, tmp_path_factory):
+    """models/tiny (trained, so its outputs look like text) with a Hermes tool-call format."""
+    s = Server(moet_bin, TINY_MODEL, tmp_path_factory.mktemp("tiny") / "tiny.log", "--tool-call-parser", "hermes",
+               max_model_len=4096)
+    yield s
+    s.stop()
 
 
 def sample_value(families, name, **labels):

@@ -25,7 +25,7 @@ CHAT_TEMPLATE = """{%- if tools %}<|im_start|>system
 {%- if message.role == "assistant" and message.tool_calls %}<|im_start|>assistant
 {%- for call in message.tool_calls %}
 <tool_call>
-{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments }}}
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
 </tool_call>
 {%- endfor %}<|im_end|>
 {% elif message.role == "tool" %}<|im_start|>user

@@ -138,8 +138,9 @@ def test_tool_call_round_trip(client, model_dir):
     calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == [("get_weather", {"city": "Paris"})]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    # Round trip: the call and its result go back into the conversation.
-    messages += [choice.message.model_dump(exclude_none=True),
+    # Round trip: the call (content null, as OpenAI sends it) and its result go back into the conversation.
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [tc.model_dump(exclude_none=True) for tc in choice.message.tool_calls]},
                  {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'}]
     follow = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=TOOLS, max_tokens=4,
                                             **GREEDY)
@@ -196,6 +197,7 @@ def test_metrics_parse(server, client):
 def test_api_key(moet_bin, model_dir, tmp_path):
     s = Server(moet_bin, model_dir, tmp_path / "serve_key.log", "--api-key", "sesame")
     try:
+        before = s.metrics()
         with pytest.raises(openai.AuthenticationError):
             s.client("wrong").models.list()
         with pytest.raises(openai.AuthenticationError):
@@ -204,5 +206,66 @@ def test_api_key(moet_bin, model_dir, tmp_path):
         assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
         assert s.client("sesame").models.list().data[0].id == MODEL_NAME
         assert s.get("/health")[0] == 200  # health checks need no key
+        after = s.metrics()
+        # Each 401 counts once, as a 401 (not also as a 400), and logs one non-blank line.
+        assert sample_value(after, "moet:http_requests_total", status="401") - \
+            sample_value(before, "moet:http_requests_total", status="401") == 3
+        assert sample_value(after, "moet:http_requests_total", status="400") == \
+            sample_value(before, "moet:http_requests_total", status="400")
+        lines = s.log_text().splitlines()
+        assert sum(" 401" in line for line in lines) == 3
+        assert all(line.strip() for line in lines)
+    finally:
+        s.stop()
+
+
+def test_echo(client):
+    r = client.completions.create(model=MODEL_NAME, prompt="The quick brown", max_tokens=4, echo=True, **GREEDY)
+    plain = client.completions.create(model=MODEL_NAME, prompt="The quick brown", max_tokens=4, **GREEDY)
+    assert r.choices[0].text == "The quick brown" + plain.choices[0].text
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt="The quick brown", max_tokens=4, echo=True,
+                                            stream=True, **GREEDY))
+    assert "".join(c.choices[0].text for c in chunks) == r.choices[0].text
+
+
+def test_logprobs_bytes_of_a_partial_utf8_token(client, model_dir):
+    byte_token = token_id(model_dir, "\u00e4")  # the byte-level token of the single byte 0xE4
+    r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                       temperature=0, logprobs=True, top_logprobs=1,
+                                       logit_bias={str(byte_token): 100})
+    entry = r.choices[0].logprobs.content[0]
+    assert entry.bytes == [0xE4]  # not U+FFFD's bytes [0xEF, 0xBF, 0xBD]
+    assert entry.token == "\ufffd"
+
+
+def test_serve_help(run_moet):
+    out = run_moet("serve", "--help").stdout
+    assert out.count("model folder") == 1
+    assert "{false}" not in out and "{true}" not in out
+    for flag in ("--max-header-bytes", "--header-timeout", "--shutdown-timeout", "--max-connections",
+                 "--allowed-origins", "--max-request-bytes"):
+        assert flag in out
+
+
+def test_qwen3_template_takes_tool_calls_with_null_content(moet_bin, model_dir, shared_data, tmp_path):
+    """Qwen3's template tests `'</think>' in message.content`, which fails on null content, and
+    serializes arguments with tojson, which double-encodes a string: both are normalized."""
+    import shutil
+    qwen_dir = tmp_path / "qwen3_template"
+    shutil.copytree(model_dir, qwen_dir)
+    config = json.loads((qwen_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = json.loads((shared_data / "qwen3" / "tokenizer_config.json").read_text())["chat_template"]
+    (qwen_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    s = Server(moet_bin, qwen_dir, tmp_path / "qwen3.log")
+    try:
+        messages = [{"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "c1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+        status, body = s.post("/tokenize", {"messages": messages, "tools": TOOLS})
+        assert status == 200, body
+        status, text = s.post("/detokenize", {"tokens": json.loads(body)["tokens"]})
+        assert '"arguments": {"city": "Paris"}' in json.loads(text)["prompt"]
     finally:
         s.stop()
