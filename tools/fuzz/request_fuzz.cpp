@@ -15,7 +15,7 @@ namespace {
 
 struct World {
   moet::Checkpoint checkpoint = moet::Checkpoint::open(MOET_SOURCE_DIR "/models/tiny");
-  std::unique_ptr<moet::Backend> backend = moet::cpu_backend_create(1);
+  std::unique_ptr<moet::Backend> backend = moet::cpu_backend_create({1});
   std::unique_ptr<moet::Model> model =
       moet::model_load(checkpoint, *backend, nullptr, moet::ModelLoadOptions{moet::ExpertMode::native});
   moet::Tokenizer tokenizer = moet::Tokenizer::from_dir(MOET_SOURCE_DIR "/models/tiny");

@@ -48,7 +48,7 @@ class ReplayHook final : public StepHook {
 };
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 const std::vector<int32_t> kPrompt = {3, 17, 42, 99, 7, 250, 11, 5, 60};
