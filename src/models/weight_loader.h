@@ -1,7 +1,7 @@
 // Reads a model's weights into backend memory, checking each tensor's shape against what the
 // config implies (errors name the tensor and both shapes), and remembering which tensors were
 // used so that the rest can be reported (unused ones, such as the MTP layer at index
-// num_hidden_layers, are skipped with a debug log). Weights that only Backend::matmul reads
+// num_hidden_layers when it is not loaded, are skipped with a debug log). Weights that only Backend::matmul reads
 // (matmul_weight / matmul_stacked: attention projections, dense MLPs, shared experts) stored as
 // FP8 with 128x128 block scales stay FP8 (tensor.h), a quarter of their F32 decode; every other
 // quantized weight (FP8 for ops that take no FP8: MLA's per-head kv_b_proj, embeddings, LM heads;
