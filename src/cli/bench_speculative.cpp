@@ -22,18 +22,21 @@ nlohmann::json bench_speculative(SequenceBatch& sequences, const SpeculativeConf
   MOET_CHECK(steps > k, "--speculative-config: --decode-tokens ({}) must exceed num_speculative_tokens ({})", steps, k);
   StepRunner& runner = sequences.runner();
   const int64_t batch = sequences.size(), hidden = runner.model().config().hidden_size;
-  // Verify steps at positions prompt_len + i: [token, k drafts] of every sequence (the drafts are
-  // the tokens the decode passes produced; they rewrite the same KV slots with the same values).
-  double verify = 0.0;
-  for (int64_t i = 0; i < steps - k; ++i) {
-    StepPlan plan;
-    for (int64_t s = 0; s < batch; ++s)
-      plan.chunks.push_back({&sequences.sequence(s), prompt_len + i, k + 1, ChunkRows::all});
-    plan.num_tokens = batch * (k + 1);
-    plan.top_logits = 1;
-    verify += seconds_of([&] { runner.run(plan); });
+  // Verify steps of j + 1 rows per sequence (j = 1 .. k) at positions prompt_len + i: [token, j
+  // drafts] of every sequence (the drafts are the tokens the decode passes produced; they rewrite
+  // the same KV slots with the same values).
+  std::vector<double> verify(size_t(k + 1), 0.0);
+  for (int64_t j = 1; j <= k; ++j) {
+    for (int64_t i = 0; i < steps - k; ++i) {
+      StepPlan plan;
+      for (int64_t s = 0; s < batch; ++s)
+        plan.chunks.push_back({&sequences.sequence(s), prompt_len + i, j + 1, ChunkRows::all});
+      plan.num_tokens = batch * (j + 1);
+      plan.top_logits = 1;
+      verify[size_t(j)] += seconds_of([&] { runner.run(plan); });
+    }
+    verify[size_t(j)] /= double(steps - k);
   }
-  verify /= double(steps - k);
   // Draft steps of the MTP layer at the same positions, one row per sequence.
   double draft = 0.0;
   if (config.method == SpeculativeConfig::Method::mtp) {
@@ -49,14 +52,19 @@ nlohmann::json bench_speculative(SequenceBatch& sequences, const SpeculativeConf
     }
     draft /= double(steps - k);
   }
-  nlohmann::json projected = nlohmann::json::object();
+  nlohmann::json projected = nlohmann::json::object(), verify_us = nlohmann::json::object(),
+                 ratio = nlohmann::json::object();
   for (int64_t length = 1; length <= k + 1; ++length)
-    projected[std::to_string(length)] = double(batch * length) / (verify + double(k) * draft);
+    projected[std::to_string(length)] = double(batch * length) / (verify[size_t(k)] + double(k) * draft);
+  for (int64_t j = 1; j <= k; ++j) {
+    verify_us[std::to_string(j + 1)] = verify[size_t(j)] * 1e6;
+    ratio[std::to_string(j + 1)] = verify[size_t(j)] / decode_step_seconds;
+  }
   return {{"method", speculative_method_name(config.method)},
           {"num_speculative_tokens", k},
           {"decode_step_us", decode_step_seconds * 1e6},
-          {"verify_step_us", verify * 1e6},
-          {"verify_cost_ratio", verify / decode_step_seconds},
+          {"verify_step_us", verify_us},
+          {"verify_cost_ratio", ratio},
           {"draft_step_us", draft * 1e6},
           {"decode_tokens_per_s_at_acceptance_length", projected}};
 }

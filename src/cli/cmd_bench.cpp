@@ -147,8 +147,10 @@ void run(const BenchFlags& flags) {
   const int64_t batch = flags.batch;
   const double picked = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
   const double routed_share = 1.0 - std::pow(1.0 - std::min(1.0, picked), double(batch));
+  // The MTP layer (--speculative-config mtp) is not read by a decode step.
   const double bytes_per_step =
-      double(stats.bytes - stats.embedding_bytes - stats.routed_bytes) + double(stats.routed_bytes) * routed_share;
+      double(stats.bytes - stats.embedding_bytes - stats.routed_bytes - (stats.mtp_bytes - stats.mtp_routed_bytes)) +
+      double(stats.routed_bytes - stats.mtp_routed_bytes) * routed_share;
 
   // Sequence s's prompt: token i is (i * 7919 + s * 104729) mod vocab, so the sequences differ.
   const int64_t prompt_len = flags.prompt_tokens, steps = flags.decode_tokens;

@@ -103,7 +103,9 @@ nlohmann::json speculative_json(const SpeculativeStats& stats) {
           {"acceptance_rate_per_position", rates},
           {"verify_steps_with_drafts", stats.drafts},
           {"draft_tokens", stats.draft_tokens},
-          {"accepted_tokens", stats.accepted_tokens}};
+          {"accepted_tokens", stats.accepted_tokens},
+          {"drafted_per_position", stats.drafted_per_position},
+          {"accepted_per_position", stats.accepted_per_position}};
 }
 
 nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateResult& result, double prefill_rate,

@@ -42,11 +42,13 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
     progress.advance(1);
   }
   if (options.load_mtp) {
+    const LoadStats before = loader.stats();
     const int64_t l = config.num_hidden_layers;
     DecoderLayer layer;
     const bool moe = loader.has(config.moe_prefix(l) + "gate.weight");
     layer_blocks_load(spec, config, loader, experts, *model, l, moe, layer);
     model->set_mtp(mtp_layer_load(config, loader, std::move(layer), model->embedding(), model->lm_head()));
+    loader.count_as_mtp(before);
     progress.advance(1);
   }
   progress.finish();
@@ -75,9 +77,9 @@ std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend
 std::unique_ptr<Model> model_load_random(const nlohmann::json& config_json, Backend& backend, uint64_t seed,
                                          LoadStats* stats, const ModelLoadOptions& options) {
   const ModelConfig config = model_config_parse(config_json);
-  MOET_LOG_INFO("building {} with random weights ({} layers, {} experts top-{}, experts as {}) on {}", config.family,
-                config.num_hidden_layers, config.n_routed_experts, config.num_experts_per_tok,
-                expert_mode_name(options.experts), backend.name());
+  MOET_LOG_INFO("building {} with random weights ({} layers{}, {} experts top-{}, experts as {}) on {}", config.family,
+                config.num_hidden_layers, options.load_mtp ? " + MTP" : "", config.n_routed_experts,
+                config.num_experts_per_tok, expert_mode_name(options.experts), backend.name());
   // DeepSeek-V3-style configs mark their FP8-block checkpoints {"quant_method": "fp8", ...}.
   const bool fp8_dense = config.quantization_config.is_object() &&
                          config.quantization_config.value("quant_method", "") == "fp8";
