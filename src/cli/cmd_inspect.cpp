@@ -80,12 +80,12 @@ void run(const std::string& dir) {
   std::printf("parameters:   %s total, %s active per token, routed experts %.1f%%\n", human(counts.total).c_str(),
               human(active).c_str(), counts.total ? 100.0 * double(counts.routed) / double(counts.total) : 0.0);
   if (counts.mtp_tensors > 0) {
-    std::printf("mtp:          %lld layer(s) from model.layers.%lld, %s parameters in %lld tensors "
+    std::printf("MTP:          %lld layer(s) from model.layers.%lld, %s parameters in %lld tensors "
                 "(drafts for --speculative-config mtp)\n",
                 (long long)config.num_nextn_predict_layers, (long long)config.num_hidden_layers,
                 human(counts.mtp).c_str(), (long long)counts.mtp_tensors);
   } else if (config.num_nextn_predict_layers > 0) {
-    std::printf("mtp:          config.json says %lld layer(s), but the checkpoint has no tensors for them\n",
+    std::printf("MTP:          config.json says %lld layer(s), but the checkpoint has no tensors for them\n",
                 (long long)config.num_nextn_predict_layers);
   }
   std::printf("identity:     %s\n", checkpoint.identity().c_str());

@@ -75,7 +75,7 @@ def test_cuda_is_gated(run_moet):
 
 def test_inspect_shows_the_mtp_layer(run_moet):
     out = run_moet("inspect", "--model", TINY).stdout
-    assert "mtp:          1 layer(s) from model.layers.4" in out
+    assert "MTP:          1 layer(s) from model.layers.4" in out
     out = run_moet("inspect", "--model", FIXTURES / "deepseek_v3_plainq").stdout
     assert "config.json says 1 layer(s), but the checkpoint has no tensors for them" in out
 
