@@ -40,7 +40,8 @@ def run(args, config):
 
 def summary(results):
     tokens = sum(len(r["output_ids"]) - 1 for r in results)
-    seconds = sum((len(r["output_ids"]) - 1) / r["decode_tokens_per_s"] for r in results if r["decode_tokens_per_s"] > 0)
+    seconds = sum((len(r["output_ids"]) - 1) / r["decode_tokens_per_s"]
+                  for r in results if r["decode_tokens_per_s"] > 0)
     out = {"decode_tokens_per_s": tokens / seconds}
     if "acceptance_length" in results[0]:
         steps = sum(r["verify_steps_with_drafts"] for r in results)

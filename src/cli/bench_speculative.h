@@ -3,8 +3,8 @@
 // of j + 1 rows of every sequence (j = 1 .. k, each row returning its logits; keyed by rows per
 // sequence) next to the bench's decode step, and for mtp a draft step (the MTP layer, one row per
 // sequence). From those it projects the decode tokens/s each acceptance length L = 1 .. k + 1
-// would give at k (L tokens per cycle of one verify step and k draft steps). Acceptance itself needs real text: `moet generate --prompts-file F
-// --speculative-config ... --json` reports it per prompt.
+// would give at k (L tokens per cycle of one verify step and k draft steps). Acceptance itself
+// needs real text: `moet generate --prompts-file F --speculative-config ... --json` reports it.
 #pragma once
 
 #include "engine/sequence_batch.h"
