@@ -1,8 +1,8 @@
 """--speculative-config on `moet generate` and `moet bench`, and the MTP layer in `moet inspect`:
-greedy output with MTP drafts (k = 1, 2, 3) equals the output without them on models/tiny and on the
-deepseek_v3 fixture, ngram drafts leave the qwen3_moe fixture's golden unchanged, --json reports the
-acceptance length, bench reports the step costs, and bad configurations fail with one clear line
-naming the flag."""
+greedy output with MTP drafts (k = 1, 2, 3) equals the output without them on models/tiny and equals
+the transformers golden on the fixtures with an MTP layer (deepseek_v3, deepseek_v3_fp8), ngram
+drafts leave the qwen3_moe fixture's golden unchanged, --json reports the acceptance length, bench
+reports the step costs, and bad configurations fail with one clear line naming the flag."""
 import json
 import pathlib
 
@@ -36,9 +36,9 @@ def test_tiny_greedy_output_is_unchanged_and_acceptance_is_reported(run_moet):
 
 
 def test_fixture_mtp_and_ngram_keep_the_golden(run_moet):
-    for name, config in (("deepseek_v3", mtp(2)),
-                         ("qwen3_moe", json.dumps({"method": "ngram", "num_speculative_tokens": 3,
-                                                   "prompt_lookup_max": 2}))):
+    ngram = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2})
+    cases = [(name, mtp(k)) for name in ("deepseek_v3", "deepseek_v3_fp8") for k in (1, 2, 3)]
+    for name, config in cases + [("qwen3_moe", ngram)]:
         golden = json.loads((FIXTURES / name / "golden.json").read_text())
         out = generate(run_moet, FIXTURES / name, "--prompt-ids", ",".join(map(str, golden["prompt_ids"])),
                        "--max-tokens", len(golden["greedy_ids"]), "--speculative-config", config)
