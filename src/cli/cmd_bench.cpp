@@ -19,9 +19,12 @@
 // Every step goes through the step runner (engine/sequence_batch.h).
 // A pass's time is the sum of its steps' (the forward with its logits copied to the host, and the
 // first pass's greedy sampling), not of the copies of the logits the bench keeps to compare.
+// --speculative-config adds "speculative": verify and draft step costs (cli/bench_speculative.h).
 #include "backend/bench_ops.h"
+#include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/sequence_batch.h"
@@ -47,6 +50,7 @@ struct BenchFlags {
   int64_t layers = 0;
   DeviceOptions device;
   ExpertOptions experts;
+  SpeculativeOptions speculative;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   int64_t batch = 1;
@@ -113,6 +117,8 @@ void run(const BenchFlags& flags) {
              "--dummy-routing shapes invented routers: it needs --config");
   ModelLoadOptions load_options = flags.experts.resolve(flags.batch);
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
+  const SpeculativeConfig speculative = flags.speculative.resolve(flags.device);
+  load_options.load_mtp = speculative.method == SpeculativeConfig::Method::mtp;
   auto backend = backend_create(flags.device);
   BenchOps& ops = bench_ops(*backend);
   const bool profile = flags.profile || flags.device.cuda_profile;
@@ -141,8 +147,10 @@ void run(const BenchFlags& flags) {
   const int64_t batch = flags.batch;
   const double picked = double(mc.num_experts_per_tok) / double(std::max<int64_t>(1, mc.n_routed_experts));
   const double routed_share = 1.0 - std::pow(1.0 - std::min(1.0, picked), double(batch));
+  // The MTP layer (--speculative-config mtp) is not read by a decode step.
   const double bytes_per_step =
-      double(stats.bytes - stats.embedding_bytes - stats.routed_bytes) + double(stats.routed_bytes) * routed_share;
+      double(stats.bytes - stats.embedding_bytes - stats.routed_bytes - (stats.mtp_bytes - stats.mtp_routed_bytes)) +
+      double(stats.routed_bytes - stats.mtp_routed_bytes) * routed_share;
 
   // Sequence s's prompt: token i is (i * 7919 + s * 104729) mod vocab, so the sequences differ.
   const int64_t prompt_len = flags.prompt_tokens, steps = flags.decode_tokens;
@@ -243,6 +251,8 @@ void run(const BenchFlags& flags) {
   report["decode_tokens_per_s"] = double(batch) * steps_per_s;
   report["decode_gb_per_s"] = achieved_gbs;
   report["decode_fraction_of_copy"] = achieved_gbs / copy_gbs;
+  if (speculative.enabled())
+    report["speculative"] = bench_speculative(sequences, speculative, prompt_len, steps, 1.0 / steps_per_s);
 
   if (profile) {
     const bool cuda = flags.device.device == "cuda";
@@ -284,6 +294,7 @@ void register_bench(CLI::App& app, Actions& actions) {
   sub->add_option("--layers", flags->layers, "with --config: keep only this many layers (0 = all)")->check(CLI::NonNegativeNumber);
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
+  flags->speculative.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--batch", flags->batch,

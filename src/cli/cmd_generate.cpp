@@ -6,6 +6,7 @@
 // cache; sampling restarts from --seed for every prompt).
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "tokenizer/detokenizer.h"
@@ -26,6 +27,7 @@ namespace {
 
 struct GenerateFlags {
   ModelOptions model;
+  SpeculativeOptions speculative;
   std::string prompt_ids;
   std::string prompt;
   std::string prompts_file;
@@ -93,6 +95,19 @@ bool has_tokenizer(const std::string& dir) {
   return false;
 }
 
+// acceptance_length (tokens per verify step), per-position acceptance rates and the counts.
+nlohmann::json speculative_json(const SpeculativeStats& stats) {
+  std::vector<double> rates;
+  for (size_t i = 0; i < stats.drafted_per_position.size(); ++i) rates.push_back(stats.acceptance_rate(i));
+  return {{"acceptance_length", stats.acceptance_length()},
+          {"acceptance_rate_per_position", rates},
+          {"verify_steps_with_drafts", stats.drafts},
+          {"draft_tokens", stats.draft_tokens},
+          {"accepted_tokens", stats.accepted_tokens},
+          {"drafted_per_position", stats.drafted_per_position},
+          {"accepted_per_position", stats.accepted_per_position}};
+}
+
 nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateResult& result, double prefill_rate,
                            double decode_rate, const std::optional<Tokenizer>& tokenizer) {
   nlohmann::json out = {{"prompt_ids", prompt},
@@ -102,6 +117,7 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
                         {"decode_tokens_per_s", decode_rate}};
   if (tokenizer) out["text"] = tokenizer->decode(result.output_ids, true);
   if (result.experts) out["experts"] = expert_kpi_json(*result.experts);
+  if (result.speculative) out.update(speculative_json(*result.speculative));
   return out;
 }
 
@@ -119,6 +135,7 @@ GenerateOptions generate_options(const GenerateFlags& flags, const std::optional
   options.max_tokens = flags.max_tokens;
   options.sampling = {flags.temperature, flags.top_p, flags.top_k, flags.seed};
   options.block_size = flags.block_size;
+  options.speculative = flags.speculative.resolve(flags.model.device);
   if (tokenizer) options.stop_ids = tokenizer->info().eos_ids;
   return options;
 }
@@ -130,8 +147,8 @@ void run_prompts_file(const GenerateFlags& flags, const std::optional<Tokenizer>
   const std::vector<std::string> texts = read_prompts(flags.prompts_file, flags.max_prompts);
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& text : texts) prompts.push_back(tokenizer->encode(text));
-  LoadedModel loaded = load_model(flags.model);
   const GenerateOptions options = generate_options(flags, tokenizer);
+  LoadedModel loaded = load_model(flags.model, 1, options.speculative.method == SpeculativeConfig::Method::mtp);
   for (const std::vector<int32_t>& prompt : prompts) {
     const GenerateResult result = generate(*loaded.model, prompt, options);
     const nlohmann::json out =
@@ -153,8 +170,8 @@ void run(const GenerateFlags& flags) {
              flags.model.model_dir);
   const std::vector<int32_t> prompt = tokenizer && !flags.prompt.empty() ? tokenizer->encode(flags.prompt)
                                                                          : parse_ids(flags.prompt_ids);
-  LoadedModel loaded = load_model(flags.model);
   const GenerateOptions options = generate_options(flags, tokenizer);
+  LoadedModel loaded = load_model(flags.model, 1, options.speculative.method == SpeculativeConfig::Method::mtp);
   std::optional<IncrementalDetokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(*tokenizer, true);
   auto print_token = [&](int32_t id) {
@@ -174,8 +191,10 @@ void run(const GenerateFlags& flags) {
   } else {
     if (detokenizer) std::fputs(detokenizer->finish().c_str(), stdout);
     std::printf("\n");
-    std::fprintf(stderr, "prefill %.1f tok/s, decode %.1f tok/s (%s)\n", prefill_rate, decode_rate,
+    std::fprintf(stderr, "prefill %.1f tok/s, decode %.1f tok/s (%s)", prefill_rate, decode_rate,
                  result.finish_reason.c_str());
+    if (result.speculative) std::fprintf(stderr, ", acceptance length %.2f", result.speculative->acceptance_length());
+    std::fprintf(stderr, "\n");
   }
 }
 
@@ -186,6 +205,7 @@ void register_generate(CLI::App& app, Actions& actions) {
   CLI::App* sub = app.add_subcommand(
       "generate", "generate tokens for one prompt, or a file of prompts on one loaded model (--device cpu or cuda)");
   flags->model.add_to(*sub);
+  flags->speculative.add_to(*sub);
   sub->add_option("--prompt-ids", flags->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   sub->add_option("--prompt", flags->prompt, "prompt text (tokenized with the model's tokenizer)");
   sub->add_option("--prompts-file", flags->prompts_file,
@@ -202,7 +222,8 @@ void register_generate(CLI::App& app, Actions& actions) {
   sub->add_option("--block-size", flags->block_size, "KV cache block size in tokens")->check(CLI::PositiveNumber);
   sub->add_flag("--json", flags->json,
                 "print one JSON object: prompt_ids, output_ids, text (with a tokenizer), finish_reason, "
-                "prefill_tokens_per_s, decode_tokens_per_s (--prompts-file always prints these, one line each)");
+                "prefill_tokens_per_s, decode_tokens_per_s, with --speculative-config acceptance_length and "
+                "acceptance_rate_per_position (--prompts-file always prints these, one line each)");
   actions[sub] = [flags] { run(*flags); };
 }
 

@@ -1,6 +1,6 @@
 // `moet inspect`: what a checkpoint folder holds — family, shapes that matter, parameter counts
-// (total, active per token, routed-expert share) and every tensor's dtype and shape. Reads the
-// headers only; no weights are loaded.
+// (total, active per token, routed-expert share), its MTP layer (speculative decoding's drafts)
+// and every tensor's dtype and shape. Reads the headers only; no weights are loaded.
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -19,7 +19,8 @@ namespace {
 struct ParamCounts {
   int64_t total = 0;       // every weight of the main model (MTP layers and scales excluded)
   int64_t routed = 0;      // routed experts
-  int64_t skipped = 0;     // MTP / next-n layers
+  int64_t mtp = 0;         // MTP / next-n layers (layer index >= num_hidden_layers)
+  int64_t mtp_tensors = 0;
 };
 
 // Weights stored as packed FP4 (two values a byte) count two parameters per byte.
@@ -38,7 +39,8 @@ ParamCounts count_parameters(const Checkpoint& checkpoint, const ModelConfig& co
     const HostTensor& info = checkpoint.get(name);
     std::smatch match;
     if (std::regex_search(name, match, layer_index) && std::stoll(match[1]) >= config.num_hidden_layers) {
-      counts.skipped += parameters_of(info);
+      if (!is_scale(name)) counts.mtp += parameters_of(info);
+      ++counts.mtp_tensors;
       continue;
     }
     if (is_scale(name)) continue;
@@ -77,7 +79,15 @@ void run(const std::string& dir) {
               (long long)config.n_shared_experts, (long long)config.moe_intermediate_size);
   std::printf("parameters:   %s total, %s active per token, routed experts %.1f%%\n", human(counts.total).c_str(),
               human(active).c_str(), counts.total ? 100.0 * double(counts.routed) / double(counts.total) : 0.0);
-  if (counts.skipped) std::printf("not used:     %s parameters in MTP / next-n layers\n", human(counts.skipped).c_str());
+  if (counts.mtp_tensors > 0) {
+    std::printf("MTP:          %lld layer(s) from model.layers.%lld, %s parameters in %lld tensors "
+                "(drafts for --speculative-config mtp)\n",
+                (long long)config.num_nextn_predict_layers, (long long)config.num_hidden_layers,
+                human(counts.mtp).c_str(), (long long)counts.mtp_tensors);
+  } else if (config.num_nextn_predict_layers > 0) {
+    std::printf("MTP:          config.json says %lld layer(s), but the checkpoint has no tensors for them\n",
+                (long long)config.num_nextn_predict_layers);
+  }
   std::printf("identity:     %s\n", checkpoint.identity().c_str());
   std::printf("tensors:      %zu\n", checkpoint.names().size());
   for (const auto& name : checkpoint.names()) {

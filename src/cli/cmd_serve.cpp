@@ -5,6 +5,7 @@
 // once (status 1). Sampling defaults come from generation_config.json.
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
@@ -28,6 +29,7 @@ struct ServeFlags {
   std::string model_dir;
   DeviceOptions device;
   ExpertOptions experts;
+  SpeculativeOptions speculative;
   server::ServerOptions server;
   EngineConfig engine;
   double shutdown_timeout = 30.0;
@@ -80,14 +82,21 @@ void run(ServeFlags flags) {
   } catch (const Error& e) {
     MOET_LOG_WARN("no chat template ({}); /v1/chat/completions will answer 400", e.what());
   }
-  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts}, flags.engine.max_num_seqs);
+  flags.engine.speculative = flags.speculative.resolve(flags.device);
+  const bool mtp = flags.engine.speculative.method == SpeculativeConfig::Method::mtp;
+  LoadedModel loaded =
+      load_model(ModelOptions{flags.model_dir, flags.device, flags.experts}, flags.engine.max_num_seqs, mtp);
   AsyncEngine engine(*loaded.model, tokenizer, flags.engine);
   const EngineConfig& ec = engine.config();
   MOET_LOG_INFO("engine: max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens "
-                "({:.1f} MiB), prefix caching {}",
+                "({:.1f} MiB), prefix caching {}, speculative decoding {}",
                 ec.max_model_len, ec.max_num_seqs, ec.max_num_batched_tokens, ec.num_blocks, ec.block_size,
                 double(ec.num_blocks * ec.block_size * kv_bytes_per_token(loaded.model->kv_layer_specs())) / (1 << 20),
-                ec.enable_prefix_caching ? "on" : "off");
+                ec.enable_prefix_caching ? "on" : "off",
+                ec.speculative.enabled()
+                    ? fmt::format("{} with {} drafts", speculative_method_name(ec.speculative.method),
+                                  ec.speculative.num_speculative_tokens)
+                    : std::string("off"));
 
   if (flags.server.served_model_names.empty())
     flags.server.served_model_names = {std::filesystem::path(flags.model_dir).lexically_normal().string()};
@@ -140,6 +149,7 @@ void register_serve(CLI::App& app, Actions& actions) {
   sub->add_option("--model", flags->model_dir)->group("");  // vLLM's spelling; the same option, not listed twice
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
+  flags->speculative.add_to(*sub);
   auto& s = flags->server;
   auto& e = flags->engine;
   sub->add_option("--host", s.host, "address to listen on (0.0.0.0 for every interface)")->capture_default_str();

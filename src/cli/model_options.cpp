@@ -76,11 +76,13 @@ void ModelOptions::add_to(CLI::App& sub) {
   experts.add_to(sub);
 }
 
-LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows) {
+LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool load_mtp) {
   LoadedModel loaded;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);
-  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, options.experts.resolve(max_step_rows));
+  ModelLoadOptions load = options.experts.resolve(max_step_rows);
+  load.load_mtp = load_mtp;
+  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load);
   return loaded;
 }
 

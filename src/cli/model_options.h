@@ -50,7 +50,8 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
 };
 
-// max_step_rows: the most decode rows one step of the command has (see ExpertOptions::resolve).
-LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1);
+// max_step_rows: the most decode rows one step of the command has (see ExpertOptions::resolve);
+// load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp).
+LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1, bool load_mtp = false);
 
 }  // namespace moet::cli

@@ -7,6 +7,25 @@
 #include <chrono>
 
 namespace moet {
+namespace {
+
+// ", speculative: acceptance length L, per-position acceptance a, b, ..." over the interval
+// between two snapshots (vLLM's SpecDecoding metrics line).
+std::string speculative_log(const SpeculativeStats& now, const SpeculativeStats& before) {
+  SpeculativeStats interval = now;
+  interval.drafts -= before.drafts;
+  interval.accepted_tokens -= before.accepted_tokens;
+  std::string rates;
+  for (size_t i = 0; i < now.drafted_per_position.size(); ++i) {
+    interval.drafted_per_position[i] -= before.drafted_per_position[i];
+    interval.accepted_per_position[i] -= before.accepted_per_position[i];
+    rates += fmt::format("{}{:.3f}", i ? ", " : "", interval.acceptance_rate(i));
+  }
+  return fmt::format(", speculative: acceptance length {:.2f}, per-position acceptance {}",
+                     interval.acceptance_length(), rates);
+}
+
+}  // namespace
 
 bool OutputStream::next(RequestOutput& out, double timeout_seconds) {
   std::unique_lock lock(mutex_);
@@ -28,6 +47,7 @@ void OutputStream::push(RequestOutput&& out) {
 AsyncEngine::AsyncEngine(Model& model, std::optional<Tokenizer> tokenizer, const EngineConfig& config)
     : core_(model, std::move(tokenizer), config) {
   stats_ = core_.stats();
+  logged_ = stats_;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -106,14 +126,20 @@ void AsyncEngine::log_status(const EngineStats& now) {
   const double dt = t - logged_at_;
   if (dt < 10.0) return;
   const int64_t generated = now.generated_tokens - logged_.generated_tokens;
-  const int64_t prompt = now.computed_tokens - logged_.computed_tokens - generated;
+  // Rows computed that were neither prompt nor kept output: rejected drafts.
+  const auto rejected = [](const EngineStats& s) {
+    return s.speculative ? s.speculative->draft_tokens - s.speculative->accepted_tokens : 0;
+  };
+  const int64_t prompt =
+      now.computed_tokens - logged_.computed_tokens - generated - (rejected(now) - rejected(logged_));
   const int64_t queries = now.kv.prefix_queries - logged_.kv.prefix_queries;
   const int64_t hits = now.kv.prefix_hits - logged_.kv.prefix_hits;
   MOET_LOG_INFO("engine: prompt {:.1f} tok/s, generation {:.1f} tok/s, running {}, waiting {}, KV usage {:.1f}%, "
-                "prefix-cache hit rate {:.1f}%",
+                "prefix-cache hit rate {:.1f}%{}",
                 double(prompt) / dt, double(generated) / dt, now.running, now.waiting,
                 now.kv.total ? 100.0 * double(now.kv.used) / double(now.kv.total) : 0.0,
-                queries ? 100.0 * double(hits) / double(queries) : 0.0);
+                queries ? 100.0 * double(hits) / double(queries) : 0.0,
+                now.speculative ? speculative_log(*now.speculative, *logged_.speculative) : std::string());
   logged_ = now;
   logged_at_ = t;
 }

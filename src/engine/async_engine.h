@@ -3,8 +3,9 @@
 // the KV cache. Submissions and aborts are applied between steps; outputs are pushed to the stream
 // of their request as the engine produces them. The loop sleeps while there is nothing to do.
 // Stats are a snapshot taken after every step (cheap to read from any thread). While there is
-// work, a vLLM-style status line (throughputs, queue sizes, KV usage, prefix-cache hit rate) is
-// logged every 10 seconds.
+// work, a vLLM-style status line (throughputs, queue sizes, KV usage, prefix-cache hit rate, and
+// with speculative decoding the acceptance length and per-position acceptance rates) is logged
+// every 10 seconds.
 #pragma once
 
 #include "engine/engine_core.h"

@@ -38,6 +38,23 @@ struct EngineCore::Request {
       : params(std::move(p)), sampler(params.sampling), stop(params.stop), on_output(std::move(cb)) {}
 };
 
+namespace {
+
+// KV slots a sequence may hold beyond its tokens: where the next drafts are written.
+int64_t lookahead_tokens(const EngineConfig& config) {
+  return config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0;
+}
+
+// MTP: a prefix hit keeps a block only where the MTP layer's entries hold (Speculator::prefix_valid).
+SchedulerConfig scheduler_config(const EngineConfig& config, const Speculator* speculator) {
+  SchedulerConfig out{config.max_num_seqs, config.max_num_batched_tokens, lookahead_tokens(config), {}};
+  if (config.speculative.method == SpeculativeConfig::Method::mtp)
+    out.prefix_check = [speculator](int32_t block, int32_t next) { return speculator->prefix_valid(block, next); };
+  return out;
+}
+
+}  // namespace
+
 EngineConfig engine_config_resolve(const Model& model, EngineConfig config) {
   const ModelConfig& mc = model.config();
   if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
@@ -45,7 +62,9 @@ EngineConfig engine_config_resolve(const Model& model, EngineConfig config) {
              "max_model_len {} exceeds the model's max_position_embeddings {}", config.max_model_len,
              mc.max_position_embeddings);
   MOET_CHECK(config.block_size > 0, "block_size must be positive (got {})", config.block_size);
-  const int64_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
+  MOET_CHECK(config.speculative.method != SpeculativeConfig::Method::mtp || model.has_mtp(),
+             "--speculative-config method mtp: the model was loaded without its MTP layer");
+  const int64_t per_seq = (config.max_model_len + lookahead_tokens(config) + config.block_size - 1) / config.block_size;
   if (config.num_blocks <= 0) {
     const int64_t block_bytes =
         std::max<int64_t>(1, kv_bytes_per_token(model.kv_layer_specs()) * config.block_size);
@@ -65,7 +84,10 @@ EngineCore::EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const E
       config_(engine_config_resolve(model, config)),
       pool_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching),
       runner_(model, config_.num_blocks, config_.block_size),
-      scheduler_({config_.max_num_seqs, config_.max_num_batched_tokens}, pool_),
+      speculator_(config_.speculative.enabled()
+                      ? std::make_unique<Speculator>(config_.speculative, runner_, config_.num_blocks)
+                      : nullptr),
+      scheduler_(scheduler_config(config_, speculator_.get()), pool_),
       sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {}
 
 EngineCore::~EngineCore() = default;
@@ -111,7 +133,6 @@ void EngineCore::finish(Request& request, RequestOutput& out, const std::string&
   out.finished = true;
   out.finish_reason = reason;
   out.stop_reason = request.stop.matched();
-  scheduler_.remove(&request.seq);
 }
 
 void EngineCore::abort(int64_t id) {
@@ -131,31 +152,68 @@ void EngineCore::abort(int64_t id) {
   callback(std::move(out));
 }
 
-void EngineCore::emit(Request& r, const SampleResult& sample, std::span<const float> prompt_logits) {
-  r.seq.tokens.push_back(sample.token);
+RequestOutput EngineCore::append(Request& r, std::span<const SampleResult> samples,
+                                 std::span<const float> prompt_logits) {
   RequestOutput out;
   out.prompt_logits.assign(prompt_logits.begin(), prompt_logits.end());
-  out.token_ids.push_back(sample.token);
-  if (r.params.sampling.logprobs >= 0) out.logprobs.push_back(sample);
+  for (const SampleResult& sample : samples) {
+    r.seq.tokens.push_back(sample.token);
+    out.token_ids.push_back(sample.token);
+    if (r.params.sampling.logprobs >= 0) out.logprobs.push_back(sample);
+    const bool stop_id = std::find(r.params.stop_ids.begin(), r.params.stop_ids.end(), sample.token) !=
+                         r.params.stop_ids.end();
+    if (stop_id) {
+      finish(r, out, "stop");
+      break;
+    }
+    if (r.detokenizer) out.text += r.stop.push(r.detokenizer->push(sample.token));
+    if (r.stop.stopped()) {
+      finish(r, out, "stop");
+      break;
+    }
+    if (int64_t(r.seq.tokens.size()) >= std::min(r.max_len, config_.max_model_len)) {
+      finish(r, out, "length");
+      break;
+    }
+  }
   out.prompt_tokens = r.seq.prompt_len;
   out.completion_tokens = int64_t(r.seq.tokens.size()) - r.seq.prompt_len;
   out.cached_tokens = r.seq.num_cached;
-  const bool stop_id = std::find(r.params.stop_ids.begin(), r.params.stop_ids.end(), sample.token) !=
-                       r.params.stop_ids.end();
-  if (stop_id) {
-    finish(r, out, "stop");
-  } else {
-    if (r.detokenizer) out.text = r.stop.push(r.detokenizer->push(sample.token));
-    if (r.stop.stopped()) {
-      finish(r, out, "stop");
-    } else if (int64_t(r.seq.tokens.size()) >= std::min(r.max_len, config_.max_model_len)) {
-      finish(r, out, "length");
+  return out;
+}
+
+int64_t EngineCore::max_drafts(const Request& r) const {
+  const int64_t room = std::min(r.max_len, config_.max_model_len) - int64_t(r.seq.tokens.size());
+  return std::clamp<int64_t>(room - 1, 0, config_.speculative.num_speculative_tokens);
+}
+
+// A chunk that samples: its request, its logit rows [first_row, first_row + 1 + drafts) and what
+// they gave (accepted drafts, then the bonus token).
+struct EngineCore::SampledChunk {
+  Request* request = nullptr;
+  size_t chunk = 0;
+  size_t first_row = 0;
+  int64_t drafts = 0;
+  std::vector<SampleResult> results;
+};
+
+void EngineCore::sample_chunk(SampledChunk& s, const StepOutcome& outcome, int64_t width) const {
+  Request& r = *s.request;
+  const int64_t vocab = model_.config().vocab_size;
+  const std::span<const int32_t> tokens(r.seq.tokens);
+  const size_t known = tokens.size() - size_t(s.drafts);  // tokens before the drafts
+  s.results = verify_drafts(tokens.subspan(known), [&](size_t i) {
+    const size_t row = s.first_row + i;
+    if (width > 0) {
+      const TopLogits& top = outcome.output.top;
+      return r.sampler.sample_top(top.values.data() + row * size_t(width), top.ids.data() + row * size_t(width), width,
+                                  vocab);
     }
-  }
-  out.time = now_seconds();
-  const bool finished = out.finished;
-  r.on_output(std::move(out));
-  if (finished) requests_.erase(r.seq.id);
+    // Row i's context ends with drafts 1 .. i (the tokens it follows, when they are accepted).
+    const auto prompt = tokens.first(size_t(r.seq.prompt_len));
+    const auto output = tokens.subspan(size_t(r.seq.prompt_len), known + i - size_t(r.seq.prompt_len));
+    return r.sampler.sample(outcome.output.logits.data() + row * size_t(vocab), vocab, prompt, output);
+  });
 }
 
 int64_t EngineCore::step() {
@@ -163,14 +221,20 @@ int64_t EngineCore::step() {
   preemptions_ += int64_t(plan.preempted.size());
   for (int64_t id : plan.preempted) MOET_LOG_INFO("preempted request {} (KV cache full); it will be recomputed", id);
   if (plan.chunks.empty()) return 0;
+  if (speculator_) speculator_->prepare(plan);
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<Request*> sampled;  // logit row i is sampled[i]'s (the chunks that sample, in order)
-  for (const ScheduledChunk& chunk : plan.chunks)
-    if (chunk.samples()) sampled.push_back(requests_.at(chunk.seq->id).get());
+  std::vector<SampledChunk> sampled;  // the chunks that sample, in order; their logit rows follow each other
+  size_t rows = 0;
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ScheduledChunk& chunk = plan.chunks[c];
+    if (!chunk.samples()) continue;
+    sampled.push_back({requests_.at(chunk.seq->id).get(), c, rows, chunk.seq->num_draft_tokens, {}});
+    rows += size_t(1 + chunk.seq->num_draft_tokens);
+  }
   // The fewest best logits per row that every sampled row can be drawn from (0: whole rows).
   int64_t width = config_.top_logits_sampling && !sampled.empty() ? 1 : 0;
   for (size_t i = 0; i < sampled.size() && width > 0; ++i) {
-    const Request& r = *sampled[i];
+    const Request& r = *sampled[i].request;
     const bool wants_prompt_logits = r.params.prompt_logits && int64_t(r.seq.tokens.size()) == r.seq.prompt_len;
     const int64_t need = wants_prompt_logits ? 0 : Sampler::top_width(r.params.sampling, vocab);
     const auto fit = std::find_if(std::begin(kTopWidths), std::end(kTopWidths), [&](int64_t w) { return w >= need; });
@@ -178,53 +242,75 @@ int64_t EngineCore::step() {
   }
   plan.top_logits = width;
   const StepOutcome outcome = runner_.run(plan);
-  const std::vector<float>& logits = outcome.output.logits;
-  const TopLogits& top = outcome.output.top;
   if (width > 0) ++top_logits_steps_;
-  scheduler_.complete(plan);
   computed_tokens_ += plan.num_tokens;
-  generated_tokens_ += int64_t(sampled.size());
-  // Each row with its own request's sampler, so rows may run on any thread; emitted in order.
-  std::vector<SampleResult> results(sampled.size());
+  // Each chunk with its own request's sampler, so chunks may run on any thread; emitted in order.
   std::vector<std::exception_ptr> errors(sampled.size());
-  const auto sample_rows = [&](size_t begin, size_t end) {
+  const auto sample_chunks = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       try {
-        Request& r = *sampled[i];
-        if (width > 0) {
-          results[i] = r.sampler.sample_top(top.values.data() + i * size_t(width), top.ids.data() + i * size_t(width),
-                                            width, vocab);
-          continue;
-        }
-        const auto prompt = std::span<const int32_t>(r.seq.tokens).first(size_t(r.seq.prompt_len));
-        const auto output = std::span<const int32_t>(r.seq.tokens).subspan(size_t(r.seq.prompt_len));
-        results[i] = r.sampler.sample(logits.data() + i * size_t(vocab), vocab, prompt, output);
+        sample_chunk(sampled[i], outcome, width);
       } catch (...) {
         errors[i] = std::current_exception();
       }
     }
   };
   if (sampled.size() > 1) {
-    sampling_pool_.parallel_for(sampled.size(), sample_rows);
+    sampling_pool_.parallel_for(sampled.size(), sample_chunks);
   } else {
-    sample_rows(0, sampled.size());
+    sample_chunks(0, sampled.size());
   }
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    Request& r = *sampled[i];
-    const bool first = int64_t(r.seq.tokens.size()) == r.seq.prompt_len;
-    const bool keep = r.params.prompt_logits && first;
-    emit(r, results[i], keep ? std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab))
-                             : std::span<const float>());
+  // Settle: drafts leave the tokens (the accepted come back as sampled tokens), rejected
+  // positions are not computed, and each request's tokens are appended up to a finish.
+  std::vector<std::pair<Request*, RequestOutput>> outputs;
+  for (SampledChunk& s : sampled) {
+    Request& r = *s.request;
+    if (s.drafts > 0) {
+      const int64_t accepted = int64_t(s.results.size()) - 1;
+      speculator_->record(s.drafts, accepted);
+      r.seq.tokens.resize(r.seq.tokens.size() - size_t(s.drafts));
+      r.seq.num_draft_tokens = 0;
+      plan.chunks[s.chunk].count -= s.drafts - accepted;
+    }
+    const bool keep = r.params.prompt_logits && int64_t(r.seq.tokens.size()) == r.seq.prompt_len;
+    const auto logits = keep ? std::span<const float>(outcome.output.logits).subspan(s.first_row * size_t(vocab),
+                                                                                      size_t(vocab))
+                             : std::span<const float>();
+    outputs.emplace_back(&r, append(r, s.results, logits));
+    generated_tokens_ += int64_t(outputs.back().second.token_ids.size());
+  }
+  for (ScheduledChunk& chunk : plan.chunks)  // a stop inside an accepted run keeps fewer positions
+    chunk.count = std::min(chunk.count, int64_t(chunk.seq->tokens.size()) - chunk.begin);
+  scheduler_.complete(plan);
+  if (speculator_) {
+    std::vector<DraftRequest> drafting;
+    size_t next_sampled = 0;
+    for (size_t c = 0; c < plan.chunks.size(); ++c) {
+      const bool samples = next_sampled < sampled.size() && sampled[next_sampled].chunk == c;
+      const Request* r = samples ? sampled[next_sampled].request : nullptr;
+      const bool finished = samples && outputs[next_sampled++].second.finished;
+      if (!finished) drafting.push_back({c, r ? max_drafts(*r) : 0});
+    }
+    speculator_->propose(plan, outcome, drafting);
+  }
+  for (auto& [r, out] : outputs) {
+    const int64_t id = r->seq.id;
+    const bool finished = out.finished;
+    if (finished) scheduler_.remove(&r->seq);
+    out.time = now_seconds();
+    r->on_output(std::move(out));
+    if (finished) requests_.erase(id);
   }
   return plan.num_tokens;
 }
 
 EngineStats EngineCore::stats() const {
   EngineStats s{scheduler_.num_running(), scheduler_.num_waiting(), preemptions_, computed_tokens_, generated_tokens_,
-                top_logits_steps_, pool_.stats(), std::nullopt};
+                top_logits_steps_, pool_.stats(), std::nullopt, std::nullopt};
   if (const ExpertResidency* residency = model_.experts().residency()) s.experts = residency->kpis();
+  if (speculator_) s.speculative = speculator_->stats();
   return s;
 }
 

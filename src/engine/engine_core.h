@@ -13,12 +13,18 @@
 // logprobs), the step asks the model for the best 1, 64 or kMaxTopLogits of each row (the
 // smallest that covers them: few widths, few CUDA graphs) and samples from those, with the same
 // tokens as from the whole rows; otherwise it copies the whole rows (docs/design.md, "Sampling").
+// With speculative decoding (EngineConfig::speculative, engine/speculative.h) a decoding request's
+// chunk is [last token, drafts]; its rows are sampled in order until a token differs from its
+// draft (verify_drafts), and every token produced (accepted drafts and that token) goes out in one
+// RequestOutput, cut at the first stop or length limit. Outputs are delivered after the step is
+// settled. Tokens are those of a run without speculation, greedy or seeded.
 #pragma once
 
 #include "core/thread_pool.h"
 #include "experts/expert_kpis.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "engine/step_runner.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +45,7 @@ struct EngineConfig {
   int64_t kv_cache_bytes = int64_t(1) << 30;  // budget for the automatic num_blocks
   bool enable_prefix_caching = true;
   bool top_logits_sampling = true;  // false: always copy whole logit rows (same tokens, slower)
+  SpeculativeConfig speculative;    // none by default
 };
 
 struct EngineStats {
@@ -50,6 +57,7 @@ struct EngineStats {
   int64_t top_logits_steps = 0;  // total steps sampled from their rows' best logits only
   KvPoolStats kv;
   std::optional<ExpertKpis> experts;  // the expert cache's, since start (tiered experts only)
+  std::optional<SpeculativeStats> speculative;  // with speculative decoding
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;
@@ -77,15 +85,22 @@ class EngineCore {
 
  private:
   struct Request;
-  // Appends the sampled token and reports it (with the last prompt position's logits, when asked).
-  void emit(Request& request, const SampleResult& sample, std::span<const float> prompt_logits);
+  struct SampledChunk;
+  // Samples a chunk's rows in order until a token is not the draft it verifies.
+  void sample_chunk(SampledChunk& s, const StepOutcome& outcome, int64_t width) const;
+  // Appends the step's tokens of a request up to the first that finishes it and returns its
+  // output (with the last prompt position's logits, when asked); delivered later.
+  RequestOutput append(Request& request, std::span<const SampleResult> samples, std::span<const float> prompt_logits);
   void finish(Request& request, RequestOutput& out, const std::string& reason);
+  // Drafts the requests that go on may take (speculative decoding).
+  int64_t max_drafts(const Request& request) const;
 
   Model& model_;
   std::optional<Tokenizer> tokenizer_;
   EngineConfig config_;
   KvBlockPool pool_;
   StepRunner runner_;
+  std::unique_ptr<Speculator> speculator_;  // with speculative decoding
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Request>> requests_;
   ThreadPool sampling_pool_;

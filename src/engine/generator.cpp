@@ -21,6 +21,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   config.max_model_len = int64_t(prompt.size()) + options.max_tokens;  // the KV cache holds this request
   config.block_size = options.block_size;
   config.enable_prefix_caching = false;
+  config.speculative = options.speculative;
   EngineCore engine(model, std::nullopt, config);
   RequestParams params;
   params.prompt = prompt;
@@ -50,6 +51,7 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
   result.decode_seconds = std::chrono::duration<double>(last_token - first_token).count();
   if (residency) result.experts = expert_kpis(residency->stats(), stats_before, residency->store().counters(), store_before);
+  result.speculative = engine.stats().speculative;
   return result;
 }
 

@@ -11,6 +11,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvBlockPool& pool) : config_
   MOET_CHECK(config.max_num_seqs > 0, "max_num_seqs must be positive (got {})", config.max_num_seqs);
   MOET_CHECK(config.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive (got {})",
              config.max_num_batched_tokens);
+  MOET_CHECK(config.num_lookahead_tokens >= 0, "num_lookahead_tokens must be >= 0 (got {})",
+             config.num_lookahead_tokens);
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -32,6 +34,8 @@ void Scheduler::remove(Sequence* seq) {
 
 void Scheduler::preempt(Sequence* seq) {
   running_.erase(std::find(running_.begin(), running_.end(), seq));
+  seq->tokens.resize(seq->tokens.size() - size_t(seq->num_draft_tokens));
+  seq->num_draft_tokens = 0;
   pool_.release(seq->blocks);
   seq->num_computed = 0;
   seq->num_cached = 0;
@@ -46,10 +50,16 @@ bool Scheduler::admit(Sequence* seq, int64_t budget, StepPlan& plan) {
     // Never the whole sequence: the last token must be computed to produce logits.
     const std::vector<int32_t> lookup(seq->tokens.begin(), seq->tokens.end() - 1);
     seq->blocks = pool_.match_prefix(lookup);
+    while (config_.prefix_check && !seq->blocks.empty() &&
+           !config_.prefix_check(seq->blocks.back(), seq->tokens[seq->blocks.size() * size_t(pool_.block_size())])) {
+      std::vector<int32_t> last{seq->blocks.back()};
+      seq->blocks.pop_back();
+      pool_.release(last);
+    }
   }
   seq->num_computed = int64_t(seq->blocks.size()) * pool_.block_size();
   const int64_t count = std::min(known - seq->num_computed, budget);
-  if (!pool_.ensure(seq->blocks, seq->num_computed + count)) {
+  if (!pool_.ensure(seq->blocks, seq->num_computed + count + config_.num_lookahead_tokens)) {
     pool_.release(seq->blocks);  // gives the prefix hits back (they stay cached)
     seq->num_computed = 0;
     return false;
@@ -71,7 +81,7 @@ StepPlan Scheduler::schedule() {
     Sequence* seq = running_[i];
     const int64_t count = std::min(int64_t(seq->tokens.size()) - seq->num_computed, budget);
     bool self_preempted = false;
-    while (!pool_.ensure(seq->blocks, seq->num_computed + count)) {
+    while (!pool_.ensure(seq->blocks, seq->num_computed + count + config_.num_lookahead_tokens)) {
       Sequence* victim = running_.back();
       plan.preempted.push_back(victim->id);
       preempt(victim);

@@ -11,12 +11,18 @@
 // running sequence needs a block and the pool is empty, the most recently admitted running
 // sequence loses all its blocks and goes back to the front of the queue with computed = 0; it is
 // recomputed from its known tokens later (preemption by recompute).
+// Speculative decoding (engine/speculative.h): a sequence's last num_draft_tokens tokens are
+// unverified drafts, scheduled like known tokens (so a decode chunk verifies them in one step) and
+// dropped on preemption; every allocation keeps num_lookahead_tokens more slots (where the next
+// drafts are written before the scheduler runs again, as vLLM's num_lookahead_tokens); and an
+// optional prefix check may refuse the last cached blocks of a prefix hit.
 #pragma once
 
 #include "kv/block_pool.h"
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 namespace moet {
@@ -30,11 +36,16 @@ struct Sequence {
   int64_t preemptions = 0;
   std::vector<int32_t> blocks;  // block table
   bool running = false;
+  int64_t num_draft_tokens = 0;  // the last tokens are unverified drafts (speculative decoding)
 };
 
 struct SchedulerConfig {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
+  int64_t num_lookahead_tokens = 0;  // KV slots kept beyond every step's tokens
+  // When set, a prefix hit keeps its cached blocks only while prefix_check(last block, the token
+  // after it) holds (the MTP layer's entry at a block's last position depends on the next token).
+  std::function<bool(int32_t block, int32_t next_token)> prefix_check;
 };
 
 // Which of a chunk's rows a step returns logits or hidden states for.
@@ -61,6 +72,9 @@ struct StepPlan {
   std::vector<int64_t> preempted;  // ids preempted while planning this step
   int64_t num_tokens = 0;
   int64_t top_logits = 0;          // > 0: return only the best top_logits logits of each row
+  // A draft step of the MTP layer (ForwardBatch::mtp_hidden): each row reads the token after its
+  // position and this hidden state [rows, hidden], rows in the chunks' order.
+  const std::vector<float>* mtp_hidden = nullptr;
 };
 
 class Scheduler {

@@ -22,6 +22,7 @@ class SequenceBatch {
   ~SequenceBatch();
 
   Sequence& sequence(int64_t s) { return sequences_[size_t(s)]; }
+  int64_t size() const { return int64_t(sequences_.size()); }
   StepRunner& runner() { return runner_; }
 
   // Rows [begin, end) of sequence s in one step; `logits` says whose logits come back.

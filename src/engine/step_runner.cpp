@@ -62,17 +62,20 @@ ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) c
   ForwardBatch batch;
   const int64_t bs = cache_.block_size;
   batch.top_k = plan.top_logits;
+  batch.mtp_hidden = plan.mtp_hidden;
+  const int64_t shift = plan.mtp_hidden ? 1 : 0;  // a draft step reads the token after each position
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];
     const Sequence& seq = *chunk.seq;
-    MOET_CHECK(chunk.count > 0 && chunk.begin >= 0 && chunk.begin + chunk.count <= int64_t(seq.tokens.size()) &&
+    MOET_CHECK(chunk.count > 0 && chunk.begin >= 0 &&
+                   chunk.begin + chunk.count + shift <= int64_t(seq.tokens.size()) &&
                    int64_t(seq.blocks.size()) * bs >= chunk.begin + chunk.count,
                "step plan: chunk [{}, {}) of sequence {} outside its {} tokens or {} KV blocks", chunk.begin,
                chunk.begin + chunk.count, seq.id, seq.tokens.size(), seq.blocks.size());
     const int32_t seq_index = int32_t(batch.block_tables.size()), first = int32_t(batch.tokens.size());
     batch.block_tables.push_back(seq.blocks.data());
     for (int64_t pos = chunk.begin; pos < chunk.begin + chunk.count; ++pos) {
-      batch.tokens.push_back(seq.tokens[size_t(pos)]);
+      batch.tokens.push_back(seq.tokens[size_t(pos + shift)]);
       batch.positions.push_back(int32_t(pos));
       batch.row_seq.push_back(seq_index);
       batch.slots.push_back(int64_t(seq.blocks[size_t(pos / bs)]) * bs + pos % bs);
@@ -105,10 +108,13 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
   MOET_CHECK(!plan.chunks.empty(), "step plan without chunks");
   StepOutcome outcome;
   ForwardBatch batch = batch_for(plan, outcome);
-  // One row per sequence, each returning its logits: a decode step, whose shape recurs.
-  const bool recurring = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
-    return chunk.count == 1 && chunk.logits != ChunkRows::none && (chunk.logits != ChunkRows::if_sampling || chunk.samples());
-  });
+  // One row per sequence, each returning its logits: a decode step, whose shape recurs. Draft
+  // steps run eagerly (their hidden inputs are uploaded inside the forward).
+  const bool recurring =
+      !plan.mtp_hidden && std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
+        return chunk.count == 1 && chunk.logits != ChunkRows::none &&
+               (chunk.logits != ChunkRows::if_sampling || chunk.samples());
+      });
   const GraphKey key = recurring ? graph_key(batch) : GraphKey{};
   ++stats_.steps;
   for (;;) {

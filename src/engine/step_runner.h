@@ -7,6 +7,9 @@
 // is safe and, with nothing changed in between, gives the same bits. The outcome is the last
 // pass's output.
 //
+// A plan may also be a draft step of the model's MTP layer (StepPlan::mtp_hidden: speculative
+// decoding, engine/speculative.h), run through the same loop and hooks.
+//
 // Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
 // CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit and
 // hidden rows and the top-logits width (the backend adds rows, sequences and table stride),

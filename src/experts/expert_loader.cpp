@@ -6,6 +6,7 @@
 #include "io/pack_source.h"
 #include "io/pack_writer.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace moet {
@@ -102,7 +103,9 @@ void ExpertLoader::mark_used(ExpertUploadSink& sink, int64_t layer, int64_t expe
 }
 
 void ExpertLoader::fill_slot(ExpertUploadSink& sink, int64_t layer, int64_t expert) {
-  if (reader_) {
+  // A pack holds the decoder's MoE layers; the MTP layer's experts are quantized at every load.
+  const bool in_pack = std::find(spec_->layers.begin(), spec_->layers.end(), layer) != spec_->layers.end();
+  if (reader_ && in_pack) {
     const PackRead read{layer, expert, slot_.data()};
     reader_->read({&read, 1});
   } else if (checkpoint_ != nullptr) {

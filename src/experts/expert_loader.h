@@ -37,6 +37,7 @@ struct ModelLoadOptions {
   std::filesystem::path pack_dir;  // empty: quantize at every load
   std::optional<TieringConfig> tiering;  // the backend as a cache of experts (w2 / fp4 only)
   double dummy_zipf = 0.0;  // invented models (model_load_random): routers skewed to Zipf(this); 0: uniform
+  bool load_mtp = false;    // also load the MTP layer (models/mtp.h: --speculative-config mtp)
 };
 
 // Where the loader's tensors go: backend memory, counted as routed-expert bytes.

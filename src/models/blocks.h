@@ -50,6 +50,8 @@ std::unique_ptr<FfnBlock> dense_mlp_load(WeightLoader& loader, const std::string
 std::unique_ptr<FfnBlock> moe_load(const ModelConfig& config, WeightLoader& loader, int64_t layer,
                                    ExpertLoader& experts, ExpertPool& pool);
 
+struct MtpLayer;
+
 // The decoder stack: the same for every family once the blocks are chosen.
 struct DecoderLayer {
   Tensor input_norm, post_attention_norm;
@@ -59,17 +61,23 @@ struct DecoderLayer {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(ModelConfig config, Backend& backend);
+  // with_mtp: the expert pool has a layer more, for the MTP layer's experts (set_mtp()).
+  DecoderModel(ModelConfig config, Backend& backend, bool with_mtp = false);
+  ~DecoderModel() override;
   // Reads embedding, final norm and LM head (tied or not), and the per-layer norms.
   void load_common(WeightLoader& loader);
   std::vector<DecoderLayer>& layers() { return layers_; }
-  // Records each layer's KV spec once every attention block is loaded.
+  const Tensor& embedding() const { return embed_; }
+  const Tensor& lm_head() const { return lm_head_; }
+  void set_mtp(std::unique_ptr<MtpLayer> mtp);
+  // Records each layer's KV spec (the MTP layer's last) once every attention block is loaded.
   void finish_load();
 
   const ModelConfig& config() const override { return config_; }
   Backend& backend() override { return backend_; }
   const std::vector<KvLayerSpec>& kv_layer_specs() const override { return kv_specs_; }
   ExpertPool& experts() override { return experts_; }
+  bool has_mtp() const override { return mtp_ != nullptr; }
   StepOutput forward(const ForwardBatch& batch, KvCache& cache) override;
 
  private:
@@ -77,6 +85,11 @@ class DecoderModel final : public Model {
   // LM head (and their best top_k logits) and the hidden rows' copies, all into one output tensor
   // (backend memory, one copy to the host) laid out as output_layout() says.
   Tensor forward_body(const ForwardBatch& batch, KvCache& cache);
+  // The same for a draft step: the MTP layer, its norm and head.
+  Tensor mtp_body(const ForwardBatch& batch, KvCache& cache);
+  // Fills the output tensor of a step whose rows, after their last norm, are `normed`: the logit
+  // rows through `head` (whole or their best top_k), then the hidden rows.
+  void write_outputs(const ForwardBatch& batch, const Tensor& normed, const Tensor& head, Tensor& packed);
 
   ModelConfig config_;
   Backend& backend_;
@@ -84,6 +97,7 @@ class DecoderModel final : public Model {
   std::vector<DecoderLayer> layers_;
   std::vector<KvLayerSpec> kv_specs_;
   ExpertPool experts_;
+  std::unique_ptr<MtpLayer> mtp_;
 };
 
 }  // namespace moet

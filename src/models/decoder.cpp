@@ -1,5 +1,6 @@
 // The generic decoder stack (see blocks.h).
 #include "models/blocks.h"
+#include "models/mtp.h"
 
 #include "core/error.h"
 
@@ -8,10 +9,17 @@
 
 namespace moet {
 
-DecoderModel::DecoderModel(ModelConfig config, Backend& backend)
+DecoderModel::DecoderModel(ModelConfig config, Backend& backend, bool with_mtp)
     : config_(std::move(config)),
       backend_(backend),
-      experts_(backend, config_.num_hidden_layers, config_.n_routed_experts) {}
+      experts_(backend, config_.num_hidden_layers + (with_mtp ? 1 : 0), config_.n_routed_experts) {}
+
+DecoderModel::~DecoderModel() = default;
+
+void DecoderModel::set_mtp(std::unique_ptr<MtpLayer> mtp) {
+  MOET_CHECK(experts_.layers() == config_.num_hidden_layers + 1, "the model was not built with room for an MTP layer");
+  mtp_ = std::move(mtp);
+}
 
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
@@ -34,6 +42,7 @@ void DecoderModel::load_common(WeightLoader& loader) {
 void DecoderModel::finish_load() {
   kv_specs_.clear();
   for (const DecoderLayer& layer : layers_) kv_specs_.push_back(layer.attention->kv_spec());
+  if (mtp_) kv_specs_.push_back(mtp_->layer.attention->kv_spec());
 }
 
 namespace {
@@ -49,6 +58,11 @@ struct OutputLayout {
 OutputLayout output_layout(const ForwardBatch& batch, int64_t vocab, int64_t hidden) {
   const int64_t rows = int64_t(batch.logit_rows.size());
   return {batch.top_k > 0 ? 2 * rows * batch.top_k : rows * vocab, int64_t(batch.hidden_rows.size()) * hidden};
+}
+
+// The output tensor of a forward (at least one element, so that a step without outputs has one).
+Tensor output_tensor(Backend& backend, const ForwardBatch& batch, int64_t vocab, int64_t hidden) {
+  return backend.alloc({std::max<int64_t>(1, output_layout(batch, vocab, hidden).total())}, DType::i32);
 }
 
 // A view of `count` 4-byte elements of `packed` from element `offset`, shaped `shape`.
@@ -71,7 +85,8 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
                        int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab});
-  const auto body = [&] { return forward_body(batch, cache); };
+  MOET_CHECK(!batch.mtp_hidden || mtp_, "forward: a draft step on a model loaded without its MTP layer");
+  const auto body = [&] { return batch.mtp_hidden ? mtp_body(batch, cache) : forward_body(batch, cache); };
   const Tensor packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
   const OutputLayout layout = output_layout(batch, vocab, config_.hidden_size);
   // One copy to the host, straight into the vector the logits are returned in (at a large
@@ -112,11 +127,32 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
     layer.ffn->forward(backend_, normed, branch);
     if (l + 1 < layers_.size()) backend_.add_rmsnorm(residual, branch, layers_[l + 1].input_norm, eps, normed);
   }
-  const OutputLayout layout = output_layout(batch, vocab, hidden);
-  Tensor packed = backend_.alloc({std::max<int64_t>(1, layout.total())}, DType::i32);
-  const int64_t out_rows = int64_t(batch.logit_rows.size()), hidden_rows = int64_t(batch.hidden_rows.size());
-  if (out_rows == 0 && hidden_rows == 0) return packed;  // a prefill chunk that samples nothing
+  Tensor packed = output_tensor(backend_, batch, vocab, hidden);
+  if (batch.logit_rows.empty() && batch.hidden_rows.empty()) return packed;  // a prefill chunk that samples nothing
   backend_.add_rmsnorm(residual, branch, final_norm_, eps, normed);  // row-wise: gathering after is exact
+  write_outputs(batch, normed, lm_head_, packed);
+  return packed;
+}
+
+// A draft step (mtp.h): the MTP layer's output after its norm goes through its head.
+Tensor DecoderModel::mtp_body(const ForwardBatch& batch, KvCache& cache) {
+  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
+  StepContext ctx{backend_};
+  Tensor residual = backend_.alloc({rows, hidden});
+  Tensor normed = backend_.alloc({rows, hidden});
+  Tensor branch = backend_.alloc({rows, hidden});
+  experts_.begin_forward();
+  mtp_->forward(ctx, *batch.mtp_hidden, cache.layers[size_t(config_.num_hidden_layers)], float(config_.rms_norm_eps),
+                residual, normed, branch);
+  Tensor packed = output_tensor(backend_, batch, config_.vocab_size, hidden);
+  write_outputs(batch, normed, mtp_->head, packed);
+  return packed;
+}
+
+void DecoderModel::write_outputs(const ForwardBatch& batch, const Tensor& normed, const Tensor& head, Tensor& packed) {
+  const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size, vocab = config_.vocab_size;
+  const OutputLayout layout = output_layout(batch, vocab, hidden);
+  const int64_t out_rows = int64_t(batch.logit_rows.size()), hidden_rows = int64_t(batch.hidden_rows.size());
   // The rows of `normed` a list names, gathered (all rows in order: `normed` itself).
   const auto gathered = [&](const std::vector<int32_t>& list, Tensor into) {
     bool all_rows = int64_t(list.size()) == rows;
@@ -129,19 +165,18 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   };
   if (hidden_rows > 0)
     gathered(batch.hidden_rows, output_view(packed, layout.logit_elements, DType::f32, {hidden_rows, hidden}));
-  if (out_rows == 0) return packed;
+  if (out_rows == 0) return;
   const Tensor last_normed = gathered(batch.logit_rows, {});
   if (batch.top_k == 0) {
     Tensor logits = output_view(packed, 0, DType::f32, {out_rows, vocab});
-    backend_.matmul(last_normed, lm_head_, nullptr, logits);
-    return packed;
+    backend_.matmul(last_normed, head, nullptr, logits);
+    return;
   }
   Tensor logits = backend_.alloc({out_rows, vocab});
-  backend_.matmul(last_normed, lm_head_, nullptr, logits);
+  backend_.matmul(last_normed, head, nullptr, logits);
   Tensor values = output_view(packed, 0, DType::f32, {out_rows, batch.top_k});
   Tensor ids = output_view(packed, out_rows * batch.top_k, DType::i32, {out_rows, batch.top_k});
   backend_.top_logits(logits, batch.top_k, values, ids);
-  return packed;
 }
 
 }  // namespace moet

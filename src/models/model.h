@@ -2,11 +2,12 @@
 // (prefill rows and decode rows alike) that writes their K/V into a paged cache and returns, for
 // the rows asked for, their logits (whole, or only the best few of each row: computed where the
 // logits are, so a GPU copies k candidates per row instead of the vocabulary) and their last
-// hidden state (what MTP drafting reads). Only the step runner (engine/step_runner.h) calls
-// forward(). A model declares what each layer keeps in the KV cache (kv_layer_specs(); kv/
-// allocates it) and owns its routed experts (experts(), an ExpertPool). Built from a checkpoint by
-// model_load() (registry.cpp), which dispatches on the config's family to one file per
-// architecture (models/arch/).
+// hidden state (what MTP drafting reads). A model loaded with its MTP layer (models/mtp.h) runs
+// that layer instead of the decoder stack for a batch that says so (draft steps of speculative
+// decoding). Only the step runner (engine/step_runner.h) calls forward(). A model declares what
+// each layer keeps in the KV cache (kv_layer_specs(); kv/ allocates it) and owns its routed
+// experts (experts(), an ExpertPool). Built from a checkpoint by model_load() (registry.cpp),
+// which dispatches on the config's family to one file per architecture (models/arch/).
 #pragma once
 
 #include "backend/backend.h"
@@ -37,6 +38,11 @@ struct ForwardBatch {
   // everything the forward bakes into its launches besides the step inputs (the step runner
   // builds it). Null: eager. Results are the same either way.
   const GraphKey* graph = nullptr;
+  // Set for a draft step: the rows run the model's MTP layer instead of the decoder stack. Each
+  // row's token is the one after the row's position, and mtp_hidden [rows, hidden] holds each
+  // row's hidden state after the final norm (the target model's at that position, or the MTP
+  // layer's own output when drafts are chained). Logits and hidden rows are the MTP layer's.
+  const std::vector<float>* mtp_hidden = nullptr;
 };
 
 // The k best logits of each row asked for and their token ids, best first (the order of
@@ -64,6 +70,8 @@ class Model {
   virtual const std::vector<KvLayerSpec>& kv_layer_specs() const = 0;
   // The routed experts of every MoE layer.
   virtual ExpertPool& experts() = 0;
+  // Whether the MTP layer was loaded (ModelLoadOptions::load_mtp); its KV spec is the last.
+  virtual bool has_mtp() const = 0;
   virtual StepOutput forward(const ForwardBatch& batch, KvCache& cache) = 0;
 };
 

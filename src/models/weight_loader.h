@@ -1,7 +1,7 @@
 // Reads a model's weights into backend memory, checking each tensor's shape against what the
 // config implies (errors name the tensor and both shapes), and remembering which tensors were
 // used so that the rest can be reported (unused ones, such as the MTP layer at index
-// num_hidden_layers, are skipped with a debug log). Weights that only Backend::matmul reads
+// num_hidden_layers when it is not loaded, are skipped with a debug log). Weights that only Backend::matmul reads
 // (matmul_weight / matmul_stacked: attention projections, dense MLPs, shared experts) stored as
 // FP8 with 128x128 block scales stay FP8 (tensor.h), a quarter of their F32 decode; every other
 // quantized weight (FP8 for ops that take no FP8: MLA's per-head kv_b_proj, embeddings, LM heads;
@@ -31,6 +31,8 @@ struct LoadStats {
   uint64_t bytes = 0;          // all weights uploaded
   uint64_t routed_bytes = 0;   // routed experts
   uint64_t embedding_bytes = 0;
+  uint64_t mtp_bytes = 0;         // of `bytes`, the MTP layer's (not read by a decode step)
+  uint64_t mtp_routed_bytes = 0;  // of those, its routed experts (also in routed_bytes)
 };
 
 class WeightLoader final : public ExpertUploadSink {
@@ -66,6 +68,11 @@ class WeightLoader final : public ExpertUploadSink {
   // Invented models routed by Zipf (--dummy-routing zipf:S): a bias of -S ln(rank + 1) on the
   // router logits of `layer`, ranks a fixed permutation of the experts per layer; else empty.
   Tensor router_bias(int64_t layer, int64_t experts);
+  // Counts everything uploaded since `before` as the MTP layer's.
+  void count_as_mtp(const LoadStats& before) {
+    stats_.mtp_bytes = stats_.bytes - before.bytes;
+    stats_.mtp_routed_bytes = stats_.routed_bytes - before.routed_bytes;
+  }
   // Logs the checkpoint tensors never read; returns how many there were.
   size_t report_unused() const;
   Backend& backend() { return backend_; }

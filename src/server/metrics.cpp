@@ -21,6 +21,24 @@ void counter(std::string& out, const std::string& name, const std::string& help,
   out += fmt::format("{}_total {}\n", name, value);
 }
 
+// vLLM's spec_decode counters, per-position accepted drafts, and the mean acceptance length.
+void render_speculative(std::string& out, const SpeculativeStats& s) {
+  counter(out, "moet:spec_decode_num_drafts", "Verify steps of a request that had drafts.", double(s.drafts));
+  counter(out, "moet:spec_decode_num_draft_tokens", "Draft tokens verified.", double(s.draft_tokens));
+  counter(out, "moet:spec_decode_num_accepted_tokens", "Draft tokens accepted.", double(s.accepted_tokens));
+  header(out, "moet:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+         "Draft tokens accepted at each draft position (0-based).");
+  for (size_t i = 0; i < s.accepted_per_position.size(); ++i)
+    out += fmt::format("moet:spec_decode_num_accepted_tokens_per_pos_total{{position=\"{}\"}} {}\n", i,
+                       s.accepted_per_position[i]);
+  header(out, "moet:spec_decode_acceptance_rate_per_pos", "gauge",
+         "Accepted / drafted at each draft position since start.");
+  for (size_t i = 0; i < s.drafted_per_position.size(); ++i)
+    out += fmt::format("moet:spec_decode_acceptance_rate_per_pos{{position=\"{}\"}} {}\n", i, s.acceptance_rate(i));
+  gauge(out, "moet:spec_decode_acceptance_length",
+        "Tokens produced per verify step since start: 1 + accepted / drafts (0 before any).", s.acceptance_length());
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -98,6 +116,7 @@ std::string Metrics::render(const EngineStats& engine) const {
   header(out, "moet:http_requests_total", "counter", "HTTP responses by status code.");
   for (const auto& [status, n] : http_by_status_)
     out += fmt::format("moet:http_requests_total{{status=\"{}\"}} {}\n", status, n);
+  if (engine.speculative) render_speculative(out, *engine.speculative);
   if (engine.experts)
     for (const KpiSample& k : expert_kpi_samples(*engine.experts))
       (k.type == "counter" ? counter : gauge)(out, k.name, k.help, k.value);

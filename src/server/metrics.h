@@ -1,7 +1,8 @@
 // Server metrics in the Prometheus text format (version 0.0.4), named like vLLM's with a "moet:"
 // prefix so dashboards port: request counts by finish reason and by HTTP status, prompt/generation
 // token counters, running/waiting requests, KV block usage, prefix-cache queries/hits/hit rate,
-// preemptions, and TTFT / inter-token latency / end-to-end latency histograms. Recording is
+// preemptions, speculative decoding's drafts and acceptance (vLLM's spec_decode counters, the
+// acceptance length), and TTFT / inter-token latency / end-to-end latency histograms. Recording is
 // thread-safe (one mutex); engine gauges are read from the engine's stats snapshot at render time.
 #pragma once
 

@@ -1,7 +1,8 @@
 // DeepSeek-V3 (and Kimi-K2, which ships model_type kimi_k2 with DeepseekV3ForCausalLM): MLA
 // (q_lora_rank or plain q, interleaved rope on the rope slice, yarn with mscale), shared
 // experts, sigmoid routing with e_score_correction_bias and grouped top-k, routed_scaling_factor,
-// first_k_dense_replace dense layers. The MTP layer at index num_hidden_layers is not used yet.
+// first_k_dense_replace dense layers. The MTP layer at index num_hidden_layers is loaded for
+// --speculative-config mtp (models/mtp.h).
 #include "models/arch/arch.h"
 
 namespace moet {

@@ -1,0 +1,23 @@
+// --speculative-config (see speculative_options.h).
+#include "cli/speculative_options.h"
+
+#include "core/error.h"
+
+namespace moet::cli {
+
+void SpeculativeOptions::add_to(CLI::App& sub) {
+  sub.add_option("--speculative-config", json,
+                 "speculative decoding, as vLLM's JSON: '{\"method\":\"mtp\",\"num_speculative_tokens\":K}' (drafts "
+                 "from the checkpoint's MTP layer) or '{\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+                 "\"prompt_lookup_max\":N}' (prompt lookup; prompt_lookup_min 1 by default); K drafts are verified "
+                 "in one step, greedy output unchanged (docs/speculative.md)");
+}
+
+SpeculativeConfig SpeculativeOptions::resolve(const DeviceOptions& device) const {
+  const SpeculativeConfig config = speculative_config_parse(json);
+  MOET_CHECK(!config.enabled() || device.device == "cpu",
+             "--speculative-config on --device cuda is not yet verified on a GPU (docs/speculative.md, \"CUDA\")");
+  return config;
+}
+
+}  // namespace moet::cli
