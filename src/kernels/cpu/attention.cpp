@@ -1,24 +1,25 @@
 // Paged causal attention and KV writes (see attention.h). Softmax in FP32 with the running
-// maximum subtracted; scores and weighted sums in key order.
+// maximum subtracted; scores and weighted sums in key order. An F32 cache is read in place; other
+// dtypes decode each key's head (and value) row into a scratch row first.
 #include "kernels/cpu/attention.h"
 
+#include "formats/kv_codec.h"
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 namespace moet {
 
 void kv_cache_write(const PagedKv& cache, const float* k_src, const float* v_src, int64_t rows,
                     const int64_t* slots) {
-  const int64_t k_row = cache.kv_heads * cache.k_dim;
-  const int64_t v_row = cache.kv_heads * cache.v_dim;
+  const KvLayout layout = paged_kv_layout(cache);
+  const KvSlotLayout s = kv_slot_layout(layout);
   for (int64_t t = 0; t < rows; ++t) {
-    std::memcpy(cache.k + slots[t] * cache.token_stride, k_src + t * k_row, sizeof(float) * size_t(k_row));
+    kv_slot_encode(layout, s, k_src + t * s.values, cache.k_scale, cache.k + slots[t] * cache.slot_bytes);
     if (v_src != nullptr)
-      std::memcpy(cache.v + slots[t] * cache.token_stride, v_src + t * v_row, sizeof(float) * size_t(v_row));
+      kv_slot_encode(layout, s, v_src + t * s.values, cache.v_scale, cache.v + slots[t] * cache.slot_bytes);
   }
 }
 
@@ -26,8 +27,17 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
                      int64_t rows, int64_t q_heads, int64_t q_stride, float scale, float* out,
                      ThreadPool& pool, CpuIsa isa) {
   const int64_t group = q_heads / cache.kv_heads;
+  const KvLayout layout = paged_kv_layout(cache);
+  const KvSlotLayout slot_layout = kv_slot_layout(layout);
   pool.parallel_for(size_t(rows * q_heads), [&](size_t begin, size_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, row(size_t(std::max(cache.k_dim, cache.v_dim)));
+    // Head `kv_head` of slot `slot` of `base` (K or V), values [offset, offset + dim), as floats.
+    const auto read = [&](const uint8_t* base, int64_t slot, int64_t offset, int64_t dim) -> const float* {
+      const uint8_t* bytes = base + slot * cache.slot_bytes;
+      if (cache.dtype == KvDtype::f32) return reinterpret_cast<const float*>(bytes) + offset;
+      kv_slot_decode(layout, slot_layout, bytes, offset, dim, row.data());
+      return row.data();
+    };
     for (size_t item = begin; item < end; ++item) {
       const int64_t t = int64_t(item) / q_heads;
       const int64_t h = int64_t(item) % q_heads;
@@ -35,11 +45,13 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       const int32_t* table = info.block_tables[info.row_seq[t]];
       const int64_t keys = int64_t(info.positions[t]) + 1;
       const float* qh = q + (t * q_heads + h) * q_stride;
+      const auto slot_of = [&](int64_t j) {
+        return int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
+      };
       scores.resize(size_t(keys));
       float max_score = -INFINITY;
       for (int64_t j = 0; j < keys; ++j) {
-        const int64_t slot = int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
-        const float* kj = cache.k + slot * cache.token_stride + kv_head * cache.k_dim;
+        const float* kj = read(cache.k, slot_of(j), kv_head * cache.k_dim, cache.k_dim);
         scores[size_t(j)] = dot_f32(qh, kj, cache.k_dim, isa) * scale;
         max_score = std::max(max_score, scores[size_t(j)]);
       }
@@ -51,8 +63,7 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       float* oh = out + (t * q_heads + h) * cache.v_dim;
       std::fill(oh, oh + cache.v_dim, 0.0f);
       for (int64_t j = 0; j < keys; ++j) {
-        const int64_t slot = int64_t(table[j / cache.block_size]) * cache.block_size + j % cache.block_size;
-        const float* vj = cache.v + slot * cache.token_stride + kv_head * cache.v_dim;
+        const float* vj = read(cache.v, slot_of(j), kv_head * cache.v_dim, cache.v_dim);
         axpy_f32(scores[size_t(j)] / denom, vj, oh, cache.v_dim, isa);
       }
     }
