@@ -185,14 +185,60 @@ MOET_KV_HD void kv_slot_value4(const KvLayout& layout, const KvSlotLayout& s, co
   }
 }
 
-// Values [begin, begin + count) of a slot, decoded into out.
+// Every fp8 byte and e2m1 nibble decoded (the tables the host decoder indexes).
+struct KvDecodeTables {
+  float e4m3[256], e5m2[256], e2m1[16];
+};
+inline const KvDecodeTables& kv_decode_tables() {
+  static const KvDecodeTables tables = [] {
+    KvDecodeTables t{};
+    for (int b = 0; b < 256; ++b) {
+      t.e4m3[b] = fp8_decode(uint8_t(b), Fp8Kind::e4m3);
+      t.e5m2[b] = fp8_decode(uint8_t(b), Fp8Kind::e5m2);
+    }
+    for (int n = 0; n < 16; ++n) t.e2m1[n] = e2m1_decode(uint8_t(n));
+    return t;
+  }();
+  return tables;
+}
+
+// Values [begin, begin + count) of a slot, decoded into out: the floats of kv_slot_value, a
+// dtype's loop at a time (the CPU attention's reads).
 inline void kv_slot_decode(const KvLayout& layout, const KvSlotLayout& s, const uint8_t* slot, int64_t begin,
                            int64_t count, float* out) {
-  if (layout.dtype == KvDtype::f32) {
-    memcpy(out, slot + 4 * begin, sizeof(float) * size_t(count));
-    return;
+  switch (layout.dtype) {
+    case KvDtype::f32: memcpy(out, slot + 4 * begin, sizeof(float) * size_t(count)); return;
+    case KvDtype::bf16: {
+      const uint16_t* values = reinterpret_cast<const uint16_t*>(slot) + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = kv_bf16_decode(values[i]);
+      return;
+    }
+    case KvDtype::fp8_e4m3:
+    case KvDtype::fp8_e5m2: {
+      const KvDecodeTables& tables = kv_decode_tables();
+      const float* table = layout.dtype == KvDtype::fp8_e4m3 ? tables.e4m3 : tables.e5m2;
+      for (int64_t i = 0; i < count;) {  // runs of one group
+        const int64_t g = kv_group_of(layout, begin + i);
+        int64_t group_begin = 0, group_end = 0;
+        kv_group_range(layout, g, &group_begin, &group_end);
+        float scale;
+        memcpy(&scale, slot + s.scale_offset + 4 * g, sizeof scale);
+        const int64_t end = group_end - begin < count ? group_end - begin : count;
+        for (; i < end; ++i) out[i] = table[slot[begin + i]] * scale;
+      }
+      return;
+    }
+    case KvDtype::nvfp4: {
+      const KvDecodeTables& t = kv_decode_tables();
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t v = begin + i;
+        out[i] = v >= layout.v_dim
+                     ? t.e4m3[slot[s.rope_offset + v - layout.v_dim]]
+                     : t.e2m1[(slot[v / 2] >> (4 * (v & 1))) & 15] * t.e4m3[slot[s.scale_offset + v / kKvNvfp4Block]];
+      }
+      return;
+    }
   }
-  for (int64_t i = 0; i < count; ++i) out[i] = kv_slot_value(layout, s, slot, begin + i);
 }
 
 // A slot is encoded in independent units, each writing its own bytes (so a GPU thread can take

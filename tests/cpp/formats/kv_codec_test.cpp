@@ -255,6 +255,34 @@ TEST(KvCodec, Nvfp4NaNPoisonsItsBlockAndInfSaturates) {
   for (int i = 16; i < 48; ++i) EXPECT_FALSE(std::isnan(r.decoded[size_t(i)])) << i;
 }
 
+TEST(KvCodec, TheSlotDecodersAgreeBitForBit) {  // kv_slot_value (GPU), kv_slot_value4 (GPU), kv_slot_decode (CPU)
+  const std::vector<KvLayout> layouts = {{KvDtype::f32, 3, 40, 40, false},    {KvDtype::bf16, 3, 40, 40, false},
+                                         {KvDtype::fp8_e4m3, 3, 40, 40, false}, {KvDtype::fp8_e5m2, 1, 48, 32, true},
+                                         {KvDtype::fp8_e4m3, 1, 576, 512, true}, {KvDtype::nvfp4, 1, 576, 512, true},
+                                         {KvDtype::nvfp4, 1, 48, 32, true}};
+  for (const KvLayout& layout : layouts) {
+    const KvSlotLayout s = kv_slot_layout(layout);
+    std::vector<float> x = random_floats(size_t(s.values), 13, 3.0f);
+    x[7] = 0.0f;
+    const RoundTrip r = round_trip(layout, x);
+    for (int64_t begin : {int64_t(0), int64_t(4), s.values / 2}) {  // kv_slot_decode of partial ranges too
+      std::vector<float> part(size_t(s.values - begin));
+      kv_slot_decode(layout, s, r.slot.data(), begin, s.values - begin, part.data());
+      for (int64_t i = begin; i < s.values; ++i) {
+        const float value = kv_slot_value(layout, s, r.slot.data(), i);
+        ASSERT_EQ(kv_float_bits(part[size_t(i - begin)]), kv_float_bits(value)) << int(layout.dtype) << " " << i;
+      }
+    }
+    for (int64_t first = 0; first < s.values; first += 4) {
+      float four[4];
+      kv_slot_value4(layout, s, r.slot.data(), first, four);
+      for (int i = 0; i < 4; ++i)
+        ASSERT_EQ(kv_float_bits(four[i]), kv_float_bits(r.decoded[size_t(first + i)]))
+            << int(layout.dtype) << " " << first;
+    }
+  }
+}
+
 TEST(KvCodec, Bf16AndF32SlotsKeepTheirValues) {
   const std::vector<float> x = random_floats(64, 9);
   const RoundTrip f32 = round_trip({KvDtype::f32, 2, 32, 32, false}, x);
