@@ -230,12 +230,12 @@ inline void kv_slot_decode(const KvLayout& layout, const KvSlotLayout& s, const 
     }
     case KvDtype::nvfp4: {
       const KvDecodeTables& t = kv_decode_tables();
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t v = begin + i;
-        out[i] = v >= layout.v_dim
-                     ? t.e4m3[slot[s.rope_offset + v - layout.v_dim]]
-                     : t.e2m1[(slot[v / 2] >> (4 * (v & 1))) & 15] * t.e4m3[slot[s.scale_offset + v / kKvNvfp4Block]];
-      }
+      const int64_t end = begin + count, latent_end = end < layout.v_dim ? end : layout.v_dim;
+      int64_t v = begin;
+      for (; v < latent_end; ++v)
+        out[v - begin] =
+            t.e2m1[(slot[v / 2] >> (4 * (v & 1))) & 15] * t.e4m3[slot[s.scale_offset + v / kKvNvfp4Block]];
+      for (; v < end; ++v) out[v - begin] = t.e4m3[slot[s.rope_offset + v - layout.v_dim]];
       return;
     }
   }

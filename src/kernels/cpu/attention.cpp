@@ -38,6 +38,7 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
   const int64_t chunks = (group + kHeadsPerItem - 1) / kHeadsPerItem;  // items per (row, KV head)
   const KvLayout layout = paged_kv_layout(cache);
   const KvSlotLayout slot_layout = kv_slot_layout(layout);
+  const bool bf16 = cache.dtype == KvDtype::bf16;
   pool.parallel_for(size_t(rows * cache.kv_heads * chunks), [&](size_t begin, size_t end) {
     std::vector<float> scores, row(size_t(std::max(cache.k_dim, cache.v_dim)));
     // Head `kv_head` of slot `slot` of `base` (K or V), values [offset, offset + dim), as floats.
@@ -61,9 +62,15 @@ void attention_paged(const PagedKv& cache, const AttentionRows& info, const floa
       float max_score[kHeadsPerItem], denom[kHeadsPerItem];
       std::fill(max_score, max_score + heads, -INFINITY);
       for (int64_t j = 0; j < keys; ++j) {
-        const float* kj = read(cache.k, slot_of(j), kv_head * cache.k_dim, cache.k_dim);
+        // BF16 keys in place: dot_bf16 gives decode-then-dot_f32's bits.
+        const uint16_t* kj_bf16 = bf16 ? reinterpret_cast<const uint16_t*>(cache.k + slot_of(j) * cache.slot_bytes) +
+                                             kv_head * cache.k_dim
+                                       : nullptr;
+        const float* kj = bf16 ? nullptr : read(cache.k, slot_of(j), kv_head * cache.k_dim, cache.k_dim);
         for (int64_t i = 0; i < heads; ++i) {
-          const float s = dot_f32(q + (t * q_heads + h0 + i) * q_stride, kj, cache.k_dim, isa) * scale;
+          const float* qh = q + (t * q_heads + h0 + i) * q_stride;
+          const float s =
+              (bf16 ? dot_bf16(qh, kj_bf16, cache.k_dim, isa) : dot_f32(qh, kj, cache.k_dim, isa)) * scale;
           scores[size_t(i * keys + j)] = s;
           max_score[i] = std::max(max_score[i], s);
         }
