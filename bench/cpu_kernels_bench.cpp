@@ -6,10 +6,12 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/router.h"
+#include "kv/kv_cache.h"
 
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 namespace moet {
@@ -44,14 +46,20 @@ void BM_MatmulBf16(benchmark::State& state) {
 BENCHMARK(BM_MatmulBf16)->Args({1, 16384, 2048})->Args({4, 16384, 2048})->Args({1, 768, 2048})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// Decode attention of one token over `keys` cached positions, 32 q heads / 4 kv heads, dim 128.
+// Decode attention of one token over `keys` cached positions, 32 q heads / 4 kv heads, dim 128,
+// with the cache in each KvDtype but nvfp4 (GQA has none); bytes = the K and V slots read.
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t keys = state.range(0), block = 16, kv_heads = 4, q_heads = 32, dim = 128;
-  const int64_t blocks = (keys + block - 1) / block;
-  std::vector<float> k_cache = random_floats(size_t(blocks * block * kv_heads * dim)), v_cache = k_cache;
+  const KvLayout layout{KvDtype(state.range(1)), kv_heads, dim, dim, false};
+  const int64_t blocks = (keys + block - 1) / block, slots = blocks * block, slot_bytes = kv_slot_layout(layout).bytes;
+  std::vector<uint8_t> k_cache(size_t(slots * slot_bytes)), v_cache(k_cache.size());
+  const PagedKv cache = paged_kv_view(layout, k_cache.data(), v_cache.data(), block);
+  std::vector<int64_t> slot_ids(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) slot_ids[size_t(i)] = i;
+  const auto values = random_floats(size_t(slots * kv_heads * dim));
+  kv_cache_write(cache, values.data(), values.data(), slots, slot_ids.data());
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t i = 0; i < blocks; ++i) table[size_t(i)] = int32_t(i);
-  PagedKv cache{k_cache.data(), v_cache.data(), block, kv_heads, dim, dim, kv_heads * dim};
   const auto q = random_floats(size_t(q_heads * dim));
   std::vector<float> out(size_t(q_heads * dim));
   const int32_t position = int32_t(keys - 1), seq = 0;
@@ -62,9 +70,14 @@ void BM_AttentionDecode(benchmark::State& state) {
                     cpu_isa_best());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * keys * kv_heads * dim * 2 * 4);
+  state.SetLabel(std::string(kv_dtype_name(layout.dtype)));
+  state.SetBytesProcessed(int64_t(state.iterations()) * keys * slot_bytes * 2);
 }
-BENCHMARK(BM_AttentionDecode)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{512, 4096}, {int64_t(KvDtype::f32), int64_t(KvDtype::bf16), int64_t(KvDtype::fp8_e4m3),
+                                 int64_t(KvDtype::fp8_e5m2)}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // DeepSeek-V3 routing: 256 experts, 8 groups keep 4, top-8, for `rows` tokens.
 void BM_RouterSigmoidGrouped(benchmark::State& state) {

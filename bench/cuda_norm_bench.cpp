@@ -157,7 +157,8 @@ void bench_prologue(NormBench& bench, const std::string& model, int64_t q_heads,
     b.rope(table, q, q_heads, head_dim, 0);
     b.rope(table, k, k_heads, head_dim, 0);
   });
-  KvLayerCache cache = b.alloc_kv(1, 16, k_heads, head_dim, head_dim, false);  // the step's slots 0..rows-1
+  // the step's slots 0..rows-1
+  KvLayerCache cache = b.alloc_kv(1, 16, KvLayout{KvDtype::f32, k_heads, head_dim, head_dim, false});
   const Tensor v = bench.random({rows, k_heads * head_dim});
   const double kv_floats = floats + double(3 * rows * k_heads * head_dim);  // v read, k and v written
   bench.run("qk_norm_rope_kv_write " + model, step, kv_floats, k,

@@ -7,7 +7,9 @@
 // 1536, kv_a 576 x 7168, o 7168 x 16384, shared expert gate_up 4096 x 7168 and down 7168 x 2048;
 // labels "fp8 ...") at batch 1, 4, 8, and its prefill-sized products on the tensor cores next to
 // the GEMV (o and q_b; labels "gemm fp8 ..."); paged decode attention (64 query / 4 KV heads of
-// 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8; the attention of 2048- and
+// 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and at 4096 and 16384 keys for
+// every KV cache dtype, GQA and DeepSeek-V3's MLA latent (labels "kv attention [mla] DTYPE N": the
+// KV bytes read per second against the copy bandwidth, docs/kv.md); the attention of 2048- and
 // 4096-token prefills (eager, as the engine runs them: the tensor-core prefill kernel; at 2048
 // next to the decode kernel, which a graph capture takes) and of a 2048-token DeepSeek-V3 prefill
 // (MLA: 128 heads over the latent cache, label "prefill attention mla 2048"); the router (Qwen3: softmax top-8 of
@@ -26,6 +28,9 @@
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
 #include "formats/minifloat.h"
+#include "kv/kv_cache.h"
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -204,29 +209,62 @@ nlohmann::json bench_gemm(Bench& b, Bench& gemv_only, int64_t n, int64_t k, cons
           {"results", rows_out}};
 }
 
-nlohmann::json bench_attention(Bench& b, int64_t context) {
-  const int64_t q_heads = 64, kv_heads = 4, dim = 128, block_size = 16;
-  const int64_t blocks_per_row = (context + block_size - 1) / block_size;
+// Fills every slot of `cache` (slots of `values` floats) through kv_write with N(0, 1) values (a
+// pattern of 2^20 repeated).
+void fill_kv(Bench& b, KvLayerCache& cache, int64_t slots, int64_t values, bool mla) {
+  static const std::vector<float> pattern = [] {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> out(size_t(1) << 20);
+    for (auto& v : out) v = normal(rng);
+    return out;
+  }();
+  std::vector<float> host(size_t(slots * values));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = pattern[(i * 7919) % pattern.size()];
+  Tensor k = b.backend.alloc({slots, values});
+  b.backend.from_host(host.data(), k);
+  std::vector<int32_t> tokens(size_t(slots), 0), positions(size_t(slots), 0), row_seq(size_t(slots), 0);
+  std::vector<int64_t> slot_ids(static_cast<size_t>(slots));
+  std::iota(slot_ids.begin(), slot_ids.end(), int64_t(0));
+  const int32_t table = 0;
+  const int32_t* tables[] = {&table};
+  b.backend.begin_step({slots, tokens.data(), positions.data(), row_seq.data(), slot_ids.data(), 1, tables, 16});
+  b.backend.kv_write(cache, k, mla ? nullptr : &k);
+}
+
+// Paged decode attention over `context` keys, batch 1 and 8: GQA (64 query / 4 KV heads of 128)
+// or, with `mla`, DeepSeek-V3's 128 heads over the latent cache (576 / 512); the cache in `dtype`,
+// filled with N(0, 1) rows through kv_write. Bytes: the K/V slots read (codes and scales), once
+// per KV head, so GB/s is the KV bytes read per second.
+nlohmann::json bench_attention(Bench& b, int64_t context, KvDtype dtype = KvDtype::f32, bool mla = false) {
+  const int64_t q_heads = mla ? 128 : 64, kv_heads = mla ? 1 : 4, k_dim = mla ? 576 : 128, v_dim = mla ? 512 : 128;
+  const int64_t block_size = 16, blocks_per_row = (context + block_size - 1) / block_size;
+  const KvLayout layout{dtype, kv_heads, k_dim, v_dim, mla};
+  const int64_t slot_bytes = kv_slot_layout(layout).bytes;
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 8}) {
-    const double bytes = double(rows * context * kv_heads * 2 * dim * 4);
+    const double bytes = double(rows * context * (mla ? 1 : 2) * slot_bytes);
     std::vector<KvLayerCache> caches;
-    for (int64_t c = 0; c < copies_for(bytes); ++c)
-      caches.push_back(b.backend.alloc_kv(rows * blocks_per_row, block_size, kv_heads, dim, dim, false));
+    for (int64_t c = 0; c < copies_for(bytes); ++c) {
+      caches.push_back(b.backend.alloc_kv(rows * blocks_per_row, block_size, layout));
+      fill_kv(b, caches.back(), rows * blocks_per_row * block_size, kv_heads * k_dim, mla);
+    }
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(rows));
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t blk = 0; blk < blocks_per_row; ++blk) tables[size_t(t)].push_back(int32_t(t * blocks_per_row + blk));
     b.begin_step(std::vector<int32_t>(size_t(rows), int32_t(context - 1)), tables);
-    const Tensor q = b.filled({rows, q_heads, dim}, 0.01f);
-    Tensor out = b.backend.alloc({rows, q_heads, dim});
-    const float scale = 1.0f / std::sqrt(float(dim));
+    const Tensor q = b.filled({rows, q_heads, k_dim}, 0.01f);
+    Tensor out = b.backend.alloc({rows, q_heads, v_dim});
+    const float scale = 1.0f / std::sqrt(float(k_dim));
     const double s = b.seconds_per_call(out, [&](int i) {
-      b.backend.attention(caches[size_t(i) % caches.size()], q, q_heads, dim, scale, out);
+      b.backend.attention(caches[size_t(i) % caches.size()], q, q_heads, k_dim, scale, out);
     });
-    rows_out.push_back(b.report("attention 64/4 x 128, context " + std::to_string(context), rows, s, bytes));
+    const std::string shape = mla ? "attention mla 128 x 576/512" : "attention 64/4 x 128";
+    rows_out.push_back(b.report(fmt::format("{} {} {}", shape, kv_dtype_name(dtype), context), rows, s, bytes));
   }
-  return {{"op", "attention"}, {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"head_dim", dim}, {"context", context},
-          {"results", rows_out}};
+  return {{"op", mla ? "attention_mla" : "attention"}, {"kv_cache_dtype", kv_dtype_name(dtype)},
+          {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"k_dim", k_dim}, {"v_dim", v_dim}, {"context", context},
+          {"kv_bytes_per_token", (mla ? 1 : 2) * slot_bytes}, {"results", rows_out}};
 }
 
 // The attention of a prefill: `tokens` rows of one sequence at positions 0..tokens-1 (each row
@@ -242,7 +280,7 @@ nlohmann::json bench_prefill_attention(Bench& b, int64_t q_heads, int64_t tokens
                                        bool mla = false) {
   const int64_t kv_heads = mla ? 1 : 4, k_dim = mla ? 576 : 128, v_dim = mla ? 512 : 128, block_size = 16;
   const int64_t blocks = (tokens + block_size - 1) / block_size;
-  KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache cache = b.backend.alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
   std::vector<int32_t> positions(static_cast<size_t>(tokens)), table(static_cast<size_t>(blocks));
   std::iota(positions.begin(), positions.end(), 0);
   std::iota(table.begin(), table.end(), 0);
@@ -385,6 +423,16 @@ int main(int argc, char** argv) {
   gemm(24576, 1536, "q_b_proj", true);
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
+  // Every KV cache dtype at long contexts (labels "kv attention [mla] DTYPE CONTEXT").
+  for (int64_t context : {4096, 16384})
+    for (bool mla : {false, true})
+      for (moet::KvDtype dtype : {moet::KvDtype::f32, moet::KvDtype::bf16, moet::KvDtype::fp8_e4m3,
+                                  moet::KvDtype::fp8_e5m2, moet::KvDtype::nvfp4}) {
+        if (dtype == moet::KvDtype::nvfp4 && !mla) continue;
+        const std::string label = fmt::format("kv attention {}{} {}", mla ? "mla " : "", moet::kv_dtype_name(dtype),
+                                              context);
+        run(label, [&] { return moet::bench_attention(bench, context, dtype, mla); });
+      }
   for (int64_t tokens : {2048, 4096})
     for (int64_t q_heads : {32, 64})
       run("prefill attention " + std::to_string(q_heads) + " " + std::to_string(tokens),

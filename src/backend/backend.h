@@ -125,8 +125,9 @@ class Backend {
   virtual Tensor upload_f32(const HostTensor& info) = 0;
   // Uninitialised activation memory (F32 unless told; I32 for expert ids).
   virtual Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) = 0;
-  virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads,
-                                int64_t k_dim, int64_t v_dim, bool v_aliases_k) = 0;
+  // A zeroed KV cache of `blocks` blocks of `block_size` slots laid out as `layout` says
+  // (core/paged_kv.h; separate K and V caches need k_dim == v_dim).
+  virtual KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, const KvLayout& layout) = 0;
   virtual void to_host(const Tensor& src, void* dst) = 0;
   virtual void from_host(const void* src, Tensor& dst) = 0;
   // Builds the expert table of one MoE layer (once, at load). Every present expert must have
@@ -181,7 +182,7 @@ class Backend {
   // result as rmsnorm() per head then rope().
   virtual void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
                             int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps) = 0;
-  // Writes row t of k (and v) into KV slot step.slots[t].
+  // Writes row t of k (and v) into KV slot step.slots[t], encoded in the cache's dtype.
   virtual void kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) = 0;
   // The GQA prologue and KV write as one op: qk_norm_rope(), then row t of the normalised and
   // roped k and of v [rows, k_heads * head_dim] into KV slot step.slots[t] of `cache` (k_heads

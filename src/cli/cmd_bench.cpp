@@ -51,6 +51,7 @@ struct BenchFlags {
   DeviceOptions device;
   ExpertOptions experts;
   SpeculativeOptions speculative;
+  KvCacheOptions kv_cache;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   int64_t batch = 1;
@@ -115,6 +116,7 @@ void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
   MOET_CHECK(flags.dummy_routing == "uniform" || !flags.config_file.empty(),
              "--dummy-routing shapes invented routers: it needs --config");
+  const KvDtype kv_dtype = kv_cache_dtype_resolve(flags.kv_cache, flags.device);
   ModelLoadOptions load_options = flags.experts.resolve(flags.batch);
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
   const SpeculativeConfig speculative = flags.speculative.resolve(flags.device);
@@ -142,6 +144,7 @@ void run(const BenchFlags& flags) {
     model = model_load_random(config, *backend, 1234, &stats, load_options);
   }
   const double load_seconds = seconds_since(load_start);
+  model->set_kv_cache_dtype(kv_dtype);
   const ModelConfig& mc = model->config();
   const int64_t vocab = mc.vocab_size;
   const int64_t batch = flags.batch;
@@ -204,6 +207,8 @@ void run(const BenchFlags& flags) {
       {"layers", mc.num_hidden_layers},
       {"backend", backend->name()},
       {"expert_format", flags.experts.experts},
+      {"kv_cache_dtype", kv_dtype_name(model->kv_layer_specs().front().dtype)},
+      {"kv_bytes_per_token", kv_bytes_per_token(model->kv_layer_specs())},
       {"weights_gb", double(stats.bytes) / 1e9},
       {"load_seconds", load_seconds},  // reading (or inventing) and uploading the weights
       {"batch", batch},
@@ -295,6 +300,7 @@ void register_bench(CLI::App& app, Actions& actions) {
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
   flags->speculative.add_to(*sub);
+  flags->kv_cache.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--batch", flags->batch,

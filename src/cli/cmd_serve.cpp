@@ -30,6 +30,7 @@ struct ServeFlags {
   DeviceOptions device;
   ExpertOptions experts;
   SpeculativeOptions speculative;
+  KvCacheOptions kv_cache;
   server::ServerOptions server;
   EngineConfig engine;
   double shutdown_timeout = 30.0;
@@ -84,15 +85,20 @@ void run(ServeFlags flags) {
   }
   flags.engine.speculative = flags.speculative.resolve(flags.device);
   const bool mtp = flags.engine.speculative.method == SpeculativeConfig::Method::mtp;
-  LoadedModel loaded =
-      load_model(ModelOptions{flags.model_dir, flags.device, flags.experts}, flags.engine.max_num_seqs, mtp);
+  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts, flags.kv_cache},
+                                  flags.engine.max_num_seqs, mtp);
   AsyncEngine engine(*loaded.model, tokenizer, flags.engine);
   const EngineConfig& ec = engine.config();
-  MOET_LOG_INFO("engine: max_model_len {}, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens "
-                "({:.1f} MiB), prefix caching {}, speculative decoding {}",
-                ec.max_model_len, ec.max_num_seqs, ec.max_num_batched_tokens, ec.num_blocks, ec.block_size,
-                double(ec.num_blocks * ec.block_size * kv_bytes_per_token(loaded.model->kv_layer_specs())) / (1 << 20),
-                ec.enable_prefix_caching ? "on" : "off",
+  const std::vector<KvLayerSpec>& kv_specs = loaded.model->kv_layer_specs();
+  const int64_t kv_token_bytes = kv_bytes_per_token(kv_specs);
+  MOET_LOG_INFO("KV cache size: {} tokens ({} blocks of {}), {} bytes per token ({}), {:.1f} MiB; max_model_len {} "
+                "({:.1f} full-length sequences)",
+                ec.num_blocks * ec.block_size, ec.num_blocks, ec.block_size, kv_token_bytes,
+                kv_dtype_name(kv_specs.front().dtype),
+                double(ec.num_blocks * ec.block_size * kv_token_bytes) / (1 << 20),
+                ec.max_model_len, double(ec.num_blocks * ec.block_size) / double(ec.max_model_len));
+  MOET_LOG_INFO("engine: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, speculative decoding {}",
+                ec.max_num_seqs, ec.max_num_batched_tokens, ec.enable_prefix_caching ? "on" : "off",
                 ec.speculative.enabled()
                     ? fmt::format("{} with {} drafts", speculative_method_name(ec.speculative.method),
                                   ec.speculative.num_speculative_tokens)
@@ -150,6 +156,7 @@ void register_serve(CLI::App& app, Actions& actions) {
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
   flags->speculative.add_to(*sub);
+  flags->kv_cache.add_to(*sub);
   auto& s = flags->server;
   auto& e = flags->engine;
   sub->add_option("--host", s.host, "address to listen on (0.0.0.0 for every interface)")->capture_default_str();
@@ -158,7 +165,9 @@ void register_serve(CLI::App& app, Actions& actions) {
                   "model name(s) clients use; the first is listed by /v1/models (default: the model path as given)");
   sub->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/* (env MOET_API_KEY)")
       ->envname("MOET_API_KEY");
-  sub->add_option("--max-model-len", e.max_model_len, "context length: prompt + output tokens (0 = the model's)")
+  sub->add_option("--max-model-len", e.max_model_len,
+                  "context length: prompt + output tokens (0 = the model's, lowered to what the KV cache budget "
+                  "holds); refused when the KV pool cannot hold one sequence of it")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-num-seqs", e.max_num_seqs, "most requests in the running batch (others wait)")
       ->capture_default_str()->check(CLI::PositiveNumber);

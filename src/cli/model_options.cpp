@@ -69,20 +69,44 @@ std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
 #endif
 }
 
+void KvCacheOptions::add_to(CLI::App& sub) {
+  sub.add_option("--kv-cache-dtype", dtype,
+                 "how the KV cache stores keys and values: auto (= bf16), fp32, bf16, fp8 (= fp8_e4m3), fp8_e4m3, "
+                 "fp8_e5m2 (scales per token and head, or the checkpoint's k_scale/v_scale), nvfp4 (MLA latent "
+                 "caches only: e2m1 with an e4m3 scale per 16); docs/kv.md")
+      ->envname("MOET_KV_CACHE_DTYPE")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"}));
+}
+
+KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOptions& device) {
+  const KvDtype dtype = kv_dtype_parse(options.dtype);
+  if (device.device != "cuda") return dtype;
+  // GPU gate: remove once tests/cpp/cuda/cuda_kv_cache_test.cpp has passed on a GPU (docs/kv.md).
+  if (options.dtype == "auto") return KvDtype::f32;
+  MOET_CHECK(dtype == KvDtype::f32,
+             "--kv-cache-dtype {} on --device cuda is not yet verified on a GPU; use --kv-cache-dtype fp32 (or auto)",
+             options.dtype);
+  return dtype;
+}
+
 void ModelOptions::add_to(CLI::App& sub) {
   sub.add_option("--model", model_dir, "model folder: config.json + *.safetensors (+ tokenizer files)")
       ->required();
   device.add_to(sub);
   experts.add_to(sub);
+  kv_cache.add_to(sub);
 }
 
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool load_mtp) {
+  const KvDtype kv_dtype = kv_cache_dtype_resolve(options.kv_cache, options.device);
   LoadedModel loaded;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);
   ModelLoadOptions load = options.experts.resolve(max_step_rows);
   load.load_mtp = load_mtp;
   loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load);
+  loaded.model->set_kv_cache_dtype(kv_dtype);
   return loaded;
 }
 

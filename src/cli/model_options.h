@@ -1,7 +1,8 @@
 // Flags shared by the subcommands that load a model: where it runs (--device cpu|cuda, CPU
 // threads and kernel path, the GPU memory budget, CUDA graphs and the CUDA debugging and tuning
-// knobs, each with its MOET_* environment fallback) and which folder it comes from (--model),
-// plus the code that builds the backend and opens the checkpoint from them. This is the only
+// knobs, each with its MOET_* environment fallback), how the KV cache stores its values
+// (--kv-cache-dtype) and which folder it comes from (--model), plus the code that builds the
+// backend, opens the checkpoint and loads the model from them. This is the only
 // place those settings are read: the backends take them as options. The CUDA backend is reached through a
 // plain C++ factory (backend/cuda/cuda_backend.h), so no CUDA header is included here.
 #pragma once
@@ -36,10 +37,24 @@ struct DeviceOptions {
 // The backend the options name; fails with a one-line message for cuda in a CPU-only build.
 std::unique_ptr<Backend> backend_create(const DeviceOptions& options);
 
+// --kv-cache-dtype auto|fp32|bf16|fp8|fp8_e4m3|fp8_e5m2|nvfp4 (vLLM's names; auto = bf16).
+struct KvCacheOptions {
+  std::string dtype = "auto";
+
+  void add_to(CLI::App& sub);
+};
+
+// The cache dtype the options name on `device` (for Model::set_kv_cache_dtype(); called before
+// the backend is made, so a refusal costs nothing). While the CUDA kernels of the quantized caches
+// have not run on a GPU, this is the one place that keeps them unreachable: auto is fp32 on cuda
+// and an explicit other dtype fails with one line.
+KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOptions& device);
+
 struct ModelOptions {
   std::string model_dir;
   DeviceOptions device;
   ExpertOptions experts;
+  KvCacheOptions kv_cache;
 
   void add_to(CLI::App& sub);
 };

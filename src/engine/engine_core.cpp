@@ -57,24 +57,40 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const Speculator* s
 
 EngineConfig engine_config_resolve(const Model& model, EngineConfig config) {
   const ModelConfig& mc = model.config();
-  if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
+  const bool len_given = config.max_model_len > 0;
+  if (!len_given) config.max_model_len = mc.max_position_embeddings;
   MOET_CHECK(config.max_model_len <= mc.max_position_embeddings,
              "max_model_len {} exceeds the model's max_position_embeddings {}", config.max_model_len,
              mc.max_position_embeddings);
   MOET_CHECK(config.block_size > 0, "block_size must be positive (got {})", config.block_size);
   MOET_CHECK(config.speculative.method != SpeculativeConfig::Method::mtp || model.has_mtp(),
              "--speculative-config method mtp: the model was loaded without its MTP layer");
-  const int64_t per_seq = (config.max_model_len + lookahead_tokens(config) + config.block_size - 1) / config.block_size;
+  const int64_t token_bytes = kv_bytes_per_token(model.kv_layer_specs());
+  const int64_t block_bytes = std::max<int64_t>(1, token_bytes * config.block_size);
+  // A sequence's blocks: its tokens and the slots where its next drafts are written.
+  const auto blocks_for = [&](int64_t tokens) {
+    return (tokens + lookahead_tokens(config) + config.block_size - 1) / config.block_size;
+  };
   if (config.num_blocks <= 0) {
-    const int64_t block_bytes =
-        std::max<int64_t>(1, kv_bytes_per_token(model.kv_layer_specs()) * config.block_size);
-    config.num_blocks = std::max<int64_t>(per_seq, std::min(per_seq * config.max_num_seqs,
-                                                            config.kv_cache_bytes / block_bytes));
+    config.num_blocks =
+        std::min(blocks_for(config.max_model_len) * config.max_num_seqs, config.kv_cache_bytes / block_bytes);
+    // The model's window by default, lowered to what the budget holds; a length asked for is not.
+    const int64_t held = config.num_blocks * config.block_size - lookahead_tokens(config);
+    if (!len_given && held > 0 && held < config.max_model_len) {
+      MOET_LOG_WARN("max_model_len lowered from the model's {} to {} tokens: the KV cache budget of {} bytes holds "
+                    "{} tokens at {} bytes per token",
+                    config.max_model_len, held, config.kv_cache_bytes, config.num_blocks * config.block_size,
+                    token_bytes);
+      config.max_model_len = held;
+    }
   }
+  const int64_t per_seq = blocks_for(config.max_model_len);
   MOET_CHECK(config.num_blocks >= per_seq,
-             "{} KV blocks of {} tokens cannot hold one sequence of max_model_len {}; raise the block count "
-             "or lower max_model_len",
-             config.num_blocks, config.block_size, config.max_model_len);
+             "max_model_len {} needs {} KV blocks of {} tokens ({} bytes per token: {:.1f} MiB), but the KV pool "
+             "holds {} blocks ({} tokens); raise --kv-cache-memory-bytes or --num-kv-blocks, lower --max-model-len "
+             "or pick a smaller --kv-cache-dtype",
+             config.max_model_len, per_seq, config.block_size, token_bytes,
+             double(per_seq * block_bytes) / double(1 << 20), config.num_blocks, config.num_blocks * config.block_size);
   return config;
 }
 
@@ -311,6 +327,8 @@ EngineStats EngineCore::stats() const {
                 top_logits_steps_, pool_.stats(), std::nullopt, std::nullopt};
   if (const ExpertResidency* residency = model_.experts().residency()) s.experts = residency->kpis();
   if (speculator_) s.speculative = speculator_->stats();
+  s.kv_cache_tokens = config_.num_blocks * config_.block_size;
+  s.kv_bytes_per_token = kv_bytes_per_token(model_.kv_layer_specs());
   return s;
 }
 

@@ -39,7 +39,7 @@ namespace moet {
 struct EngineConfig {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings, lowered to what kv_cache_bytes holds
   int64_t block_size = 16;
   int64_t num_blocks = 0;     // 0: enough for max_num_seqs full-length sequences, within kv_cache_bytes
   int64_t kv_cache_bytes = int64_t(1) << 30;  // budget for the automatic num_blocks
@@ -58,6 +58,8 @@ struct EngineStats {
   KvPoolStats kv;
   std::optional<ExpertKpis> experts;  // the expert cache's, since start (tiered experts only)
   std::optional<SpeculativeStats> speculative;  // with speculative decoding
+  int64_t kv_cache_tokens = 0;        // tokens the KV pool holds (blocks x block size)
+  int64_t kv_bytes_per_token = 0;     // every layer's slots (the cache dtype's codes, scales, padding)
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

@@ -5,9 +5,10 @@
 
 namespace moet {
 
-SequenceBatch::SequenceBatch(Model& model, int64_t sequences, int64_t tokens, int64_t block_size)
+SequenceBatch::SequenceBatch(Model& model, int64_t sequences, int64_t tokens, int64_t block_size,
+                             std::span<const KvLayerSpec> specs)
     : pool_(sequences * ((tokens + block_size - 1) / block_size), block_size),
-      runner_(model, pool_.total(), block_size),
+      runner_(model, pool_.total(), block_size, specs),
       sequences_(size_t(sequences)) {
   for (size_t s = 0; s < sequences_.size(); ++s) {
     sequences_[s].id = int64_t(s);

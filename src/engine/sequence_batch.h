@@ -17,8 +17,10 @@ namespace moet {
 
 class SequenceBatch {
  public:
-  // Reserves KV blocks for `sequences` sequences of `tokens` tokens each.
-  SequenceBatch(Model& model, int64_t sequences, int64_t tokens, int64_t block_size);
+  // Reserves KV blocks for `sequences` sequences of `tokens` tokens each (caches of `specs`, or
+  // of the model's specs when empty).
+  SequenceBatch(Model& model, int64_t sequences, int64_t tokens, int64_t block_size,
+                std::span<const KvLayerSpec> specs = {});
   ~SequenceBatch();
 
   Sequence& sequence(int64_t s) { return sequences_[size_t(s)]; }

@@ -60,8 +60,9 @@ struct StepRunnerStats {
 
 class StepRunner {
  public:
-  // The KV cache: `blocks` blocks of `block_size` slots for every layer's spec.
-  StepRunner(Model& model, int64_t blocks, int64_t block_size);
+  // The KV cache: `blocks` blocks of `block_size` slots for every layer's spec (`specs`, or the
+  // model's when empty: a second cache of another dtype next to the model's, as `moet score` compares).
+  StepRunner(Model& model, int64_t blocks, int64_t block_size, std::span<const KvLayerSpec> specs = {});
   ~StepRunner();
 
   // Hooks are asked in the order added; any `again` runs the step again.

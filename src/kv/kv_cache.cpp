@@ -3,14 +3,66 @@
 
 #include "core/error.h"
 
-namespace moet {
+#include <utility>
 
-KvLayerSpec KvLayerSpec::paged_heads(int64_t heads, int64_t dim, DType dtype) {
-  return {KvKind::paged, dtype, heads, dim, dim, 2 * heads * dim * int64_t(dtype_size(dtype))};
+namespace moet {
+namespace {
+
+constexpr std::pair<std::string_view, KvDtype> kKvDtypeNames[] = {
+    {"fp32", KvDtype::f32},         {"bf16", KvDtype::bf16},         {"fp8_e4m3", KvDtype::fp8_e4m3},
+    {"fp8_e5m2", KvDtype::fp8_e5m2}, {"nvfp4", KvDtype::nvfp4},
+};
+
+int64_t row_bytes_of(const KvLayerSpec& spec) {
+  const int64_t slot = kv_slot_layout(spec.layout()).bytes;
+  return spec.kind == KvKind::latent ? slot : 2 * slot;
 }
 
-KvLayerSpec KvLayerSpec::latent_row(int64_t row, int64_t value_dim, DType dtype) {
-  return {KvKind::latent, dtype, 1, row, value_dim, row * int64_t(dtype_size(dtype))};
+}  // namespace
+
+KvLayerSpec KvLayerSpec::paged_heads(int64_t heads, int64_t dim, KvDtype dtype) {
+  KvLayerSpec spec{KvKind::paged, dtype, heads, dim, dim, 0};
+  spec.row_bytes = row_bytes_of(spec);
+  return spec;
+}
+
+KvLayerSpec KvLayerSpec::latent_row(int64_t row, int64_t value_dim, KvDtype dtype) {
+  KvLayerSpec spec{KvKind::latent, dtype, 1, row, value_dim, 0};
+  spec.row_bytes = row_bytes_of(spec);
+  return spec;
+}
+
+KvLayout KvLayerSpec::layout() const {
+  return {dtype, heads, k_dim, v_dim, kind == KvKind::latent, k_scale, v_scale};
+}
+
+KvDtype kv_dtype_parse(std::string_view name) {
+  if (name == "auto") return KvDtype::bf16;
+  if (name == "fp8") return KvDtype::fp8_e4m3;
+  for (const auto& [text, dtype] : kKvDtypeNames)
+    if (name == text) return dtype;
+  fail("--kv-cache-dtype: '{}' is not one of auto, fp32, bf16, fp8, fp8_e4m3, fp8_e5m2, nvfp4", name);
+}
+
+std::string_view kv_dtype_name(KvDtype dtype) {
+  for (const auto& [text, value] : kKvDtypeNames)
+    if (value == dtype) return text;
+  return "?";
+}
+
+KvLayerSpec kv_layer_spec_with_dtype(const KvLayerSpec& spec, KvDtype dtype) {
+  if (dtype == KvDtype::nvfp4) {
+    MOET_CHECK(spec.kind == KvKind::latent,
+               "--kv-cache-dtype nvfp4 packs MLA latent caches (DeepSeek-V3, Kimi-K2); this model's attention keeps "
+               "GQA heads, for which there is no nvfp4 KV format: use fp8 or bf16");
+    MOET_CHECK(spec.v_dim % kKvNvfp4Block == 0 && spec.k_dim >= spec.v_dim,
+               "--kv-cache-dtype nvfp4 needs a latent of a multiple of {} values (this model's is {})", kKvNvfp4Block,
+               spec.v_dim);
+  }
+  KvLayerSpec out = spec;
+  out.dtype = dtype;
+  out.row_bytes = row_bytes_of(out);
+  return out;
 }
 
 KvCache kv_cache_create(Backend& backend, std::span<const KvLayerSpec> specs, int64_t blocks, int64_t block_size) {
@@ -20,9 +72,7 @@ KvCache kv_cache_create(Backend& backend, std::span<const KvLayerSpec> specs, in
   cache.layers.reserve(specs.size());
   for (const KvLayerSpec& spec : specs) {
     MOET_CHECK(spec.kind != KvKind::recurrent_state, "recurrent-state KV layers are not supported yet");
-    MOET_CHECK(spec.dtype == DType::f32, "KV cache dtype {} is not supported yet (f32)", dtype_name(spec.dtype));
-    cache.layers.push_back(
-        backend.alloc_kv(blocks, block_size, spec.heads, spec.k_dim, spec.v_dim, spec.kind == KvKind::latent));
+    cache.layers.push_back(backend.alloc_kv(blocks, block_size, spec.layout()));
   }
   return cache;
 }

@@ -1,15 +1,43 @@
 // Grouped-query attention block: q/k/v projections (optional biases; one matmul_group),
 // optional per-head q/k RMSNorm before rope (Qwen3, GLM), rope on the first rope.dim values of
 // each head (partial rotary for GLM) fused with the KV write of k and v (one op), paged causal
-// attention, output projection (optional bias).
+// attention, output projection (optional bias). An FP8 checkpoint's per-tensor KV scales
+// (self_attn.k_scale / v_scale, or k_proj.k_scale / v_proj.v_scale as modelopt writes them) go
+// into the layer's KV spec: an fp8 cache then quantizes with them instead of per token and head.
 #include "models/blocks.h"
 
 #include "models/rope_table.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace moet {
 namespace {
+
+// The checkpoint's per-tensor KV scale of `which` ("k" or "v") under attention prefix p, or 0.
+float checkpoint_kv_scale(WeightLoader& loader, const std::string& p, const std::string& which) {
+  const Checkpoint* checkpoint = loader.checkpoint();
+  if (checkpoint == nullptr) return 0.0f;  // invented weights have none
+  for (const std::string& name : {p + which + "_scale", p + which + "_proj." + which + "_scale"}) {
+    const HostTensor* found = checkpoint->find(name);
+    if (found == nullptr) continue;
+    MOET_CHECK(found->numel() == 1, "{}: KV scale '{}' must hold one value, not {}", checkpoint->dir().string(), name,
+               found->shape_text());
+    const HostTensor& info = loader.info(name, found->shape);
+    float value = 0.0f;
+    switch (info.dtype) {
+      case DType::f32: std::memcpy(&value, info.data, sizeof value); break;
+      case DType::bf16: value = bf16_to_float(*reinterpret_cast<const uint16_t*>(info.data)); break;
+      case DType::f16: value = f16_to_float(*reinterpret_cast<const uint16_t*>(info.data)); break;
+      default: fail("{}: KV scale '{}' has dtype {}, not F32/BF16/F16", checkpoint->dir().string(), name,
+                    dtype_name(info.dtype));
+    }
+    MOET_CHECK(std::isfinite(value) && value > 0.0f, "{}: KV scale '{}' is {}, not a positive number",
+               checkpoint->dir().string(), name, value);
+    return value;
+  }
+  return 0.0f;
+}
 
 class GqaAttention final : public AttentionBlock {
  public:
@@ -32,9 +60,12 @@ class GqaAttention final : public AttentionBlock {
       q_norm_ = loader.weight_f32(p + "q_norm.weight", {head_dim_});
       k_norm_ = loader.weight_f32(p + "k_norm.weight", {head_dim_});
     }
+    kv_spec_ = gqa_kv_spec(c);
+    kv_spec_.k_scale = checkpoint_kv_scale(loader, p, "k");
+    kv_spec_.v_scale = checkpoint_kv_scale(loader, p, "v");
   }
 
-  KvLayerSpec kv_spec() const override { return KvLayerSpec::paged_heads(kv_heads_, head_dim_); }
+  KvLayerSpec kv_spec() const override { return kv_spec_; }
 
   void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
     Backend& b = ctx.backend;
@@ -53,11 +84,16 @@ class GqaAttention final : public AttentionBlock {
  private:
   int64_t heads_, kv_heads_, head_dim_;
   float scale_, eps_;
+  KvLayerSpec kv_spec_;
   RopeTable rope_;
   Tensor q_, k_, v_, o_, q_bias_, k_bias_, v_bias_, o_bias_, q_norm_, k_norm_;
 };
 
 }  // namespace
+
+KvLayerSpec gqa_kv_spec(const ModelConfig& config) {
+  return KvLayerSpec::paged_heads(config.num_key_value_heads, config.head_dim);
+}
 
 std::unique_ptr<AttentionBlock> gqa_attention_load(const ModelConfig& config, WeightLoader& loader,
                                                    const std::string& prefix) {

@@ -18,7 +18,7 @@ class MlaAttention final : public AttentionBlock {
   MlaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p)
       : heads_(c.num_attention_heads), rank_(c.kv_lora_rank), nope_(c.qk_nope_head_dim),
         rope_dim_(c.qk_rope_head_dim), v_dim_(c.v_head_dim), scale_(float(c.attention_scale())),
-        rope_(rope_table_build(c.rope)) {
+        kv_spec_(mla_kv_spec(c)), rope_(rope_table_build(c.rope)) {
     const int64_t hidden = c.hidden_size, qk = nope_ + rope_dim_;
     if (c.q_lora_rank > 0) {
       q_a_ = loader.matmul_weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
@@ -37,7 +37,7 @@ class MlaAttention final : public AttentionBlock {
     if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
   }
 
-  KvLayerSpec kv_spec() const override { return KvLayerSpec::latent_row(rank_ + rope_dim_, rank_); }
+  KvLayerSpec kv_spec() const override { return kv_spec_; }
 
   void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
     Backend& b = ctx.backend;
@@ -94,11 +94,16 @@ class MlaAttention final : public AttentionBlock {
   // transformers builds q_a_layernorm and kv_a_layernorm with eps 1e-6 whatever rms_norm_eps says.
   static constexpr float eps_ = 1e-6f;
   float scale_;
+  KvLayerSpec kv_spec_;
   RopeTable rope_;
   Tensor q_a_, q_a_bias_, q_a_norm_, q_b_, kv_a_, kv_a_bias_, kv_a_norm_, w_uk_t_, w_uv_, o_, o_bias_;
 };
 
 }  // namespace
+
+KvLayerSpec mla_kv_spec(const ModelConfig& config) {
+  return KvLayerSpec::latent_row(config.kv_lora_rank + config.qk_rope_head_dim, config.kv_lora_rank);
+}
 
 std::unique_ptr<AttentionBlock> mla_attention_load(const ModelConfig& config, WeightLoader& loader,
                                                    const std::string& prefix) {

@@ -22,7 +22,7 @@ struct StepContext {
 class AttentionBlock {
  public:
   virtual ~AttentionBlock() = default;
-  // What the layer keeps per token in the KV cache.
+  // What the layer keeps per token in the KV cache (F32; DecoderModel applies the cache dtype).
   virtual KvLayerSpec kv_spec() const = 0;
   // x: normalised hidden [rows, hidden]; out: [rows, hidden].
   virtual void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) = 0;
@@ -33,6 +33,11 @@ class FfnBlock {
   virtual ~FfnBlock() = default;
   virtual void forward(Backend& backend, const Tensor& x, Tensor& out) = 0;
 };
+
+// What a GQA / MLA layer of `config` keeps per token (F32, no checkpoint scales): the blocks'
+// kv_spec() without weights (capacity tables of configs).
+KvLayerSpec gqa_kv_spec(const ModelConfig& config);
+KvLayerSpec mla_kv_spec(const ModelConfig& config);
 
 // GQA attention; `prefix` is "model.layers.N.self_attn.".
 std::unique_ptr<AttentionBlock> gqa_attention_load(const ModelConfig& config, WeightLoader& loader,
@@ -70,12 +75,13 @@ class DecoderModel final : public Model {
   const Tensor& embedding() const { return embed_; }
   const Tensor& lm_head() const { return lm_head_; }
   void set_mtp(std::unique_ptr<MtpLayer> mtp);
-  // Records each layer's KV spec (the MTP layer's last) once every attention block is loaded.
+  // Records each layer's KV spec (F32; the MTP layer's last) once every attention block is loaded.
   void finish_load();
 
   const ModelConfig& config() const override { return config_; }
   Backend& backend() override { return backend_; }
   const std::vector<KvLayerSpec>& kv_layer_specs() const override { return kv_specs_; }
+  void set_kv_cache_dtype(KvDtype dtype) override;
   ExpertPool& experts() override { return experts_; }
   bool has_mtp() const override { return mtp_ != nullptr; }
   StepOutput forward(const ForwardBatch& batch, KvCache& cache) override;

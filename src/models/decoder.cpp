@@ -39,10 +39,19 @@ void DecoderModel::load_common(WeightLoader& loader) {
   }
 }
 
-void DecoderModel::finish_load() {
-  kv_specs_.clear();
-  for (const DecoderLayer& layer : layers_) kv_specs_.push_back(layer.attention->kv_spec());
-  if (mtp_) kv_specs_.push_back(mtp_->layer.attention->kv_spec());
+std::vector<KvLayerSpec> kv_layer_specs_for(const ModelConfig& config, KvDtype dtype) {
+  const KvLayerSpec spec = kv_layer_spec_with_dtype(config.mla ? mla_kv_spec(config) : gqa_kv_spec(config), dtype);
+  return std::vector<KvLayerSpec>(size_t(config.num_hidden_layers), spec);
+}
+
+void DecoderModel::finish_load() { set_kv_cache_dtype(KvDtype::f32); }
+
+void DecoderModel::set_kv_cache_dtype(KvDtype dtype) {
+  std::vector<KvLayerSpec> specs;
+  for (const DecoderLayer& layer : layers_)
+    specs.push_back(kv_layer_spec_with_dtype(layer.attention->kv_spec(), dtype));
+  if (mtp_) specs.push_back(kv_layer_spec_with_dtype(mtp_->layer.attention->kv_spec(), dtype));
+  kv_specs_ = std::move(specs);
 }
 
 namespace {

@@ -68,12 +68,20 @@ class Model {
   virtual Backend& backend() = 0;
   // What each layer keeps per token in the KV cache (kv_cache_create() allocates it).
   virtual const std::vector<KvLayerSpec>& kv_layer_specs() const = 0;
+  // Every layer's KV cache is stored as `dtype` from now on (F32 after load; caches made before
+  // keep theirs). Fails with a one-line error naming --kv-cache-dtype where a layer cannot
+  // (nvfp4 for GQA). The edge (cli/) calls it once after load, before any engine or runner exists.
+  virtual void set_kv_cache_dtype(KvDtype dtype) = 0;
   // The routed experts of every MoE layer.
   virtual ExpertPool& experts() = 0;
   // Whether the MTP layer was loaded (ModelLoadOptions::load_mtp); its KV spec is the last.
   virtual bool has_mtp() const = 0;
   virtual StepOutput forward(const ForwardBatch& batch, KvCache& cache) = 0;
 };
+
+// Every layer's KV spec of a model of `config` stored as `dtype`, without loading it (the same
+// specs model_load() gives, less a checkpoint's fp8 scales).
+std::vector<KvLayerSpec> kv_layer_specs_for(const ModelConfig& config, KvDtype dtype);
 
 struct LoadStats;
 // Routed experts are stored as options.experts says (w2 unless told; see experts/expert_loader.h).

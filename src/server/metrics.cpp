@@ -99,6 +99,10 @@ std::string Metrics::render(const EngineStats& engine) const {
         engine.kv.total ? double(engine.kv.used) / double(engine.kv.total) : 0.0);
   gauge(out, "moet:kv_blocks_total", "KV cache blocks in the pool.", double(engine.kv.total));
   gauge(out, "moet:kv_blocks_used", "KV cache blocks held by requests.", double(engine.kv.used));
+  gauge(out, "moet:kv_cache_tokens", "Tokens the KV pool holds (blocks x block size).",
+        double(engine.kv_cache_tokens));
+  gauge(out, "moet:kv_cache_bytes_per_token", "KV cache bytes one token takes over all layers (in its dtype).",
+        double(engine.kv_bytes_per_token));
   gauge(out, "moet:kv_blocks_cached_free", "Free KV blocks that still hold a reusable prompt prefix.",
         double(engine.kv.cached_free));
   counter(out, "moet:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",

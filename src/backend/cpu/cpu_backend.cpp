@@ -90,21 +90,25 @@ class CpuBackend final : public Backend, public BenchOps {
 
   Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override { return host_tensor(dtype, std::move(shape)); }
 
-  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim,
-                        int64_t v_dim, bool v_aliases_k) override {
+  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, const KvLayout& layout) override {
+    // F32 caches as F32 rows (so tests and tools read them as floats), the others as bytes.
+    const DType dtype = layout.dtype == KvDtype::f32 ? DType::f32 : DType::u8;
+    const std::vector<int64_t> shape = {blocks * block_size, kv_slot_layout(layout).bytes / int64_t(dtype_size(dtype))};
+    const auto zeroed = [&] {
+      Tensor t = host_tensor(dtype, shape);
+      std::memset(t.data, 0, t.bytes());
+      return t;
+    };
     KvLayerCache cache;
-    const int64_t slots = blocks * block_size;
-    const int64_t stride = kv_heads * k_dim;
-    cache.k = host_tensor(DType::f32, {slots, stride});
-    std::memset(cache.k.data, 0, cache.k.bytes());
-    if (v_aliases_k) {
+    cache.k = zeroed();
+    if (layout.v_aliases_k) {
       cache.v = cache.k;
     } else {
-      MOET_CHECK(k_dim == v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", k_dim, v_dim);
-      cache.v = host_tensor(DType::f32, {slots, stride});
-      std::memset(cache.v.data, 0, cache.v.bytes());
+      MOET_CHECK(layout.k_dim == layout.v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", layout.k_dim,
+                 layout.v_dim);
+      cache.v = zeroed();
     }
-    cache.view = {cache.k.as<float>(), cache.v.as<float>(), block_size, kv_heads, k_dim, v_dim, stride};
+    cache.view = paged_kv_view(layout, cache.k.as<uint8_t>(), cache.v.as<uint8_t>(), block_size);
     return cache;
   }
 

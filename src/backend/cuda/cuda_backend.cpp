@@ -120,20 +120,25 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, DType dtype) {
   return device_tensor(dtype, std::move(shape));
 }
 
-KvLayerCache CudaBackend::alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim, int64_t v_dim,
-                                   bool v_aliases_k) {
+KvLayerCache CudaBackend::alloc_kv(int64_t blocks, int64_t block_size, const KvLayout& layout) {
+  // F32 caches as F32 rows (so tests and tools read them as floats), the others as bytes.
+  const DType dtype = layout.dtype == KvDtype::f32 ? DType::f32 : DType::u8;
+  const std::vector<int64_t> shape = {blocks * block_size, kv_slot_layout(layout).bytes / int64_t(dtype_size(dtype))};
+  const auto zeroed = [&] {
+    Tensor t = device_tensor(dtype, shape);
+    cuda_check(cudaMemsetAsync(t.data, 0, t.bytes(), stream_), "clearing the KV cache");
+    return t;
+  };
   KvLayerCache cache;
-  const int64_t slots = blocks * block_size, stride = kv_heads * k_dim;
-  cache.k = device_tensor(DType::f32, {slots, stride});
-  cuda_check(cudaMemsetAsync(cache.k.data, 0, cache.k.bytes(), stream_), "clearing the KV cache");
-  if (v_aliases_k) {
+  cache.k = zeroed();
+  if (layout.v_aliases_k) {
     cache.v = cache.k;
   } else {
-    MOET_CHECK(k_dim == v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", k_dim, v_dim);
-    cache.v = device_tensor(DType::f32, {slots, stride});
-    cuda_check(cudaMemsetAsync(cache.v.data, 0, cache.v.bytes(), stream_), "clearing the KV cache");
+    MOET_CHECK(layout.k_dim == layout.v_dim, "separate K/V caches need k_dim == v_dim ({} vs {})", layout.k_dim,
+               layout.v_dim);
+    cache.v = zeroed();
   }
-  cache.view = {cache.k.as<float>(), cache.v.as<float>(), block_size, kv_heads, k_dim, v_dim, stride};
+  cache.view = paged_kv_view(layout, cache.k.as<uint8_t>(), cache.v.as<uint8_t>(), block_size);
   return cache;
 }
 

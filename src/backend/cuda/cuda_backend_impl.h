@@ -55,8 +55,7 @@ class CudaBackend final : public Backend, public BenchOps {
   Tensor upload_stacked(const HostTensor& a, const HostTensor& b) override;
   Tensor upload_f32(const HostTensor& info) override;
   Tensor alloc(std::vector<int64_t> shape, DType dtype = DType::f32) override;
-  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, int64_t kv_heads, int64_t k_dim, int64_t v_dim,
-                        bool v_aliases_k) override;
+  KvLayerCache alloc_kv(int64_t blocks, int64_t block_size, const KvLayout& layout) override;
   void to_host(const Tensor& src, void* dst) override;
   void from_host(const void* src, Tensor& dst) override { copy_to_device(dst.data, src, dst.bytes()); }
   ExpertSet expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) override;
@@ -174,12 +173,7 @@ class CudaBackend final : public Backend, public BenchOps {
   void evict_oldest_graph();
   void upload_prefill_tiles(int64_t tile_rows);
 
-  // For the ops: the cache's kernel view and the step inputs in the device buffer (begin_step()).
-  cuda::PagedKvArgs kv_args(KvLayerCache& cache) const {
-    const PagedKv& v = cache.view;
-    return {v.k, v.v, v.block_size, v.kv_heads, v.k_dim, v.v_dim, v.token_stride};
-  }
-
+  // For the ops: the step inputs in the device buffer (begin_step()).
   const int32_t* step_ints(StepField field) const {
     return reinterpret_cast<const int32_t*>(step_device_.get()) + int64_t(field) * step_.rows;
   }

@@ -185,22 +185,26 @@ void CudaBackend::qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_head
 }
 
 // One launch: the prologue's k warps also store their heads into the step's slots, and v gets
-// warps of its own that copy it there.
+// warps of its own that copy it there (F32 caches; the others run the prologue, then kv_write).
 void CudaBackend::qk_norm_rope_kv_write(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads,
                                         int64_t head_dim, const Tensor& q_norm, const Tensor& k_norm, float eps,
                                         const Tensor& v, KvLayerCache& cache) {
   const PagedKv& view = cache.view;
+  if (view.dtype != KvDtype::f32) {  // the fused store writes F32 rows; the others encode in kv_write
+    Backend::qk_norm_rope_kv_write(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm, eps, v, cache);
+    return;
+  }
   MOET_CHECK(view.kv_heads == k_heads && view.k_dim == head_dim && view.v_dim == head_dim && view.v != view.k,
              "qk_norm_rope_kv_write: a cache of {} heads of {} / {} floats{} for {} k heads of {}", view.kv_heads,
              view.k_dim, view.v_dim, view.v == view.k ? " (V aliasing K)" : "", k_heads, head_dim);
   const auto [q_set, k_set] = prologue_sets(table, q, q_heads, k, k_heads, head_dim, q_norm, k_norm);
-  const KvStore store{kv_args(cache), v.as<float>(), step_slots()};
+  const KvStore store{cache.view, v.as<float>(), step_slots()};
   head_norm_rope_kv_launch(rope_args(table), q_set, k_set, store, step_.rows, eps, step_ints(kPositions), stream_);
   check_launch("qk_norm_rope_kv_write", [&] { return fmt::format("qk_norm_rope_kv_write[dim={}]", head_dim); });
 }
 
 void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v) {
-  kv_write_launch(kv_args(cache), k.as<float>(), v ? v->as<float>() : nullptr, step_slots(), step_.rows, stream_);
+  kv_write_launch(cache.view, k.as<float>(), v ? v->as<float>() : nullptr, step_slots(), step_.rows, stream_);
   check_launch("kv_write");
 }
 
@@ -218,7 +222,7 @@ void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_head
              "attention with {} query heads over {} KV heads of {} / {} floats is not supported on CUDA (at most "
              "{} / {})", q_heads, view.kv_heads, view.k_dim, view.v_dim, kAttentionMaxKDim, kAttentionMaxVDim);
   const int64_t rows = q.numel() / (q_heads * q_stride);
-  AttentionArgs args{kv_args(cache), step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
+  AttentionArgs args{cache.view, step_ints(kPositions), step_ints(kRowSeq), step_tables(), table_stride_,
                      q.as<float>(), rows, q_heads, q_stride, scale, out.as<float>(),
                      table_stride_ * step_.block_size, nullptr, attention_counters_.as<int32_t>()};
   const bool prefill = !capturing_ && !prefill_runs_.empty() && rows == step_.rows &&

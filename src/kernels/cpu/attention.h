@@ -1,5 +1,6 @@
-// Causal attention over a paged KV cache (FP32 cache, FP32 math), for prefill and decode alike.
-// The cache layout is core/paged_kv.h's. Each query row t belongs to one sequence and sees that
+// Causal attention over a paged KV cache, for prefill and decode alike: FP32 math over a cache of
+// any KvDtype (core/paged_kv.h), whose writes quantize and whose reads dequantize with the
+// reference codecs of formats/kv_codec.h. Each query row t belongs to one sequence and sees that
 // sequence's keys at positions 0..positions[t]. Query head h reads kv head h / (q_heads / kv_heads).
 // Rows are independent; each is computed by one thread with a fixed order (deterministic).
 #pragma once
@@ -12,8 +13,9 @@
 
 namespace moet {
 
-// Writes k_src / v_src rows ([rows, kv_heads * dim]) into cache slots slot[t] (physical slot
-// = block * block_size + offset). v_src may be null when V aliases K.
+// Writes k_src / v_src rows ([rows, kv_heads * dim] floats) into cache slots slot[t] (physical
+// slot = block * block_size + offset), encoded in the cache's dtype. v_src may be null when V
+// aliases K.
 void kv_cache_write(const PagedKv& cache, const float* k_src, const float* v_src, int64_t rows,
                     const int64_t* slots);
 

@@ -14,6 +14,7 @@
 // within a row are 32-bit: no integer division inside the leaf loop.
 #include "kernels/cuda/attention.h"
 
+#include "formats/kv_codec.h"
 #include "kernels/cuda/arrival_count.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cp_async.cuh"
@@ -47,7 +48,7 @@ struct AttentionPlan {
   int k_pitch, v_pitch;  // floats per staged K / V row; v_pitch 0: V is read from the K rows
   int64_t splits;        // blocks per (row, head group) along z; 1: fused
   bool by_leaf;          // split blocks hold one leaf each (else one segment each)
-  bool vec;              // 16-byte copies
+  bool vec;              // 16-byte copies (F32 caches)
 };
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -73,7 +74,7 @@ AttentionPlan plan_for(const AttentionArgs& a) {
     p.k_pitch = int(4 * (round_up(ceil_div(c.k_dim, 4), 8) + p.dot_threads % 8));
     if (p.leaf == kMinLeaf || shared_bytes(p) <= kSharedBudget) break;
   }
-  p.vec = c.k_dim % 4 == 0 && c.v_dim % 4 == 0 && c.token_stride % 4 == 0 && aligned16(c.k) && aligned16(c.v);
+  p.vec = c.k_dim % 4 == 0 && c.v_dim % 4 == 0 && c.slot_bytes % 16 == 0 && aligned16(c.k) && aligned16(c.v);
   const int64_t units = a.rows * (a.q_heads / p.heads), leaves = ceil_div(a.max_keys, p.leaf);
   p.by_leaf = leaves <= kMaxLeafSplits;
   p.splits = p.by_leaf ? leaves : ceil_div(a.max_keys, kAttentionSegment);
@@ -92,14 +93,35 @@ __device__ __forceinline__ void copy_row(float* dst, const float* src, int n, in
   }
 }
 
+// Values [first, first + n) of the slot at `slot` into shared dst as floats, by the kCopyLanes
+// threads of one row: an F32 cache's by cp.async, the others' decoded (plain shared stores,
+// published by the same barrier as the copies). D is layout.dtype, fixed per kernel instance.
+template <KvDtype D>
+__device__ __forceinline__ void stage_row(float* dst, const uint8_t* slot, KvLayout layout, const KvSlotLayout& s,
+                                          int first, int n, int lane, bool vec) {
+  if constexpr (D == KvDtype::f32) {
+    copy_row(dst, reinterpret_cast<const float*>(slot) + first, n, lane, vec);
+  } else {
+    layout.dtype = D;  // lets the compiler drop the other dtypes' decoders
+    if (vec) {  // whole float4s within one scale group (dims multiples of 4)
+      for (int f = lane; f < n / 4; f += kCopyLanes) kv_slot_value4(layout, s, slot, first + 4 * f, dst + 4 * f);
+    } else {
+      for (int i = lane; i < n; i += kCopyLanes) dst[i] = kv_slot_value(layout, s, slot, first + i);
+    }
+  }
+}
+
 // Stages the K (and V) rows of one leaf; this thread copies its share of keys
 // j = threadIdx.x / kCopyLanes + r * (kThreads / kCopyLanes), whose block-table entries
 // fetch_table() loaded (one leaf ahead, so the copies never wait for the table).
+template <KvDtype D>
 struct LeafStager {
   const int32_t* table;
-  const float* k;  // the KV head's rows at slot 0
-  const float* v;
-  int64_t token_stride;
+  const uint8_t* k;  // slot 0 of the K (V) cache
+  const uint8_t* v;
+  KvLayout layout;
+  KvSlotLayout slot;
+  int k_first, v_first;         // the KV head's first K / V value in a slot
   int block_size, block_shift;  // block_shift: log2(block_size), -1 if not a power of two
   int keys, k_dim, v_dim, leaf, k_pitch, v_pitch;
   bool vec;
@@ -124,9 +146,10 @@ struct LeafStager {
     for (int r = 0; r < kKeysPerThread; ++r) {
       if (!mine(first_key, r)) continue;
       const int j = row_key(r);
-      const int64_t row = (int64_t(block[r]) * block_size + offset_in_block(first_key + j)) * token_stride;
-      copy_row(stage + j * k_pitch, k + row, k_dim, lane, vec);
-      if (v_pitch > 0) copy_row(stage + leaf * k_pitch + j * v_pitch, v + row, v_dim, lane, vec);
+      const int64_t row = (int64_t(block[r]) * block_size + offset_in_block(first_key + j)) * slot.bytes;
+      stage_row<D>(stage + j * k_pitch, k + row, layout, slot, k_first, k_dim, lane, vec);
+      if (v_pitch > 0)
+        stage_row<D>(stage + leaf * k_pitch + j * v_pitch, v + row, layout, slot, v_first, v_dim, lane, vec);
     }
   }
 };
@@ -281,6 +304,7 @@ __device__ __forceinline__ Partial load_partial(const float* src, int d4) {
 // and writes the output. Split: block z computes leaf z (by leaf) or segment z, writes its partial;
 // the last block of the row (counter) folds the partials through the same tree, loading
 // kFoldAhead of them before folding them in order.
+template <KvDtype D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, AttentionPlan p) {
   extern __shared__ float4 shared4[];
   __shared__ int last_block;
@@ -305,9 +329,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   s.leaf_m = s.p + p.heads * p.leaf;
   s.leaf_l = s.leaf_m + p.heads;
   const int block_size = int(a.cache.block_size);
-  LeafStager stager{a.block_tables + int64_t(a.row_seq[t]) * a.table_stride,
-                    a.cache.k + kv_head * a.cache.k_dim, a.cache.v + kv_head * a.cache.v_dim,
-                    a.cache.token_stride, block_size, (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1,
+  const KvLayout layout = paged_kv_layout(a.cache);
+  LeafStager<D> stager{a.block_tables + int64_t(a.row_seq[t]) * a.table_stride,
+                    a.cache.k, a.cache.v, layout, kv_slot_layout(layout), int(kv_head * a.cache.k_dim),
+                    int(kv_head * a.cache.v_dim), block_size,
+                    (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1,
                     keys, int(a.cache.k_dim), int(a.cache.v_dim), p.leaf, p.k_pitch, p.v_pitch, p.vec, {}};
   stager.fetch_table(first);
   if ((a.cache.k_dim | a.cache.v_dim) % 4 != 0) {  // float4 reads cover padding columns: zero them
@@ -381,16 +407,30 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, At
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
+// One block per row: each thread encodes its units of the row's K (then V) slot with the CPU's
+// encoder (kv_codec.h), so the bytes are the CPU's; padding keeps the zeros of the allocation.
 __global__ void kv_write_kernel(PagedKvArgs cache, const float* k, const float* v, const int64_t* slots) {
   pdl_trigger();
   pdl_wait();  // k, v and the slots come from the previous kernels and copies
   const int64_t t = blockIdx.x;
-  const int64_t k_row = cache.kv_heads * cache.k_dim, v_row = cache.kv_heads * cache.v_dim;
-  float* k_dst = cache.k + slots[t] * cache.token_stride;
-  for (int64_t i = threadIdx.x; i < k_row; i += blockDim.x) k_dst[i] = k[t * k_row + i];
+  const KvLayout layout = paged_kv_layout(cache);
+  const KvSlotLayout s = kv_slot_layout(layout);
+  const int64_t units = kv_slot_units(layout, s);
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
+    kv_encode_unit(layout, s, k + t * s.values, cache.k_scale, cache.k + slots[t] * s.bytes, u);
   if (v == nullptr) return;
-  float* v_dst = cache.v + slots[t] * cache.token_stride;
-  for (int64_t i = threadIdx.x; i < v_row; i += blockDim.x) v_dst[i] = v[t * v_row + i];
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
+    kv_encode_unit(layout, s, v + t * s.values, cache.v_scale, cache.v + slots[t] * s.bytes, u);
+}
+
+template <KvDtype D>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  static const cudaError_t opt_in =  // once per instance: every plan's shared memory fits the budget
+      cudaFuncSetAttribute(attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBudget));
+  (void)opt_in;
+  const AttentionPlan p = plan_for(a);
+  const dim3 grid(unsigned(a.q_heads / p.heads), unsigned(a.rows), unsigned(p.splits));
+  launch_dependent_kernel<attention_kernel<D>>(grid, dim3(kThreads), shared_bytes(p), 1, stream, a, p);
 }
 
 }  // namespace
@@ -401,12 +441,13 @@ int64_t attention_partial_floats(const AttentionArgs& a) {
 }
 
 void attention_launch(const AttentionArgs& a, cudaStream_t stream) {
-  static const cudaError_t opt_in =  // once: every plan's shared memory fits the budget
-      cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSharedBudget));
-  (void)opt_in;
-  const AttentionPlan p = plan_for(a);
-  launch_dependent_kernel<attention_kernel>(dim3(unsigned(a.q_heads / p.heads), unsigned(a.rows), unsigned(p.splits)),
-                                            dim3(kThreads), shared_bytes(p), 1, stream, a, p);
+  switch (a.cache.dtype) {
+    case KvDtype::f32: return launch<KvDtype::f32>(a, stream);
+    case KvDtype::bf16: return launch<KvDtype::bf16>(a, stream);
+    case KvDtype::fp8_e4m3: return launch<KvDtype::fp8_e4m3>(a, stream);
+    case KvDtype::fp8_e5m2: return launch<KvDtype::fp8_e5m2>(a, stream);
+    case KvDtype::nvfp4: return launch<KvDtype::nvfp4>(a, stream);
+  }
 }
 
 void kv_write_launch(const PagedKvArgs& cache, const float* k, const float* v, const int64_t* slots,

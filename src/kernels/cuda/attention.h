@@ -20,8 +20,14 @@
 // split blocks write partials and the last one of a row (an atomic counter) folds them. So a
 // row's bits depend neither on the mode nor on the other rows of the step; reductions use fixed
 // trees: bit-identical run to run.
-// Also the KV write of a step's rows.
+// The cache may be of any KvDtype (core/paged_kv.h): an F32 cache's rows are staged with cp.async,
+// the others' are decoded into the same FP32 staging rows with the reference codec
+// (formats/kv_codec.h), so the rest of the kernel is the same for every dtype.
+// Also the KV write of a step's rows, encoding them in the cache's dtype (the bytes of the CPU's
+// kv_cache_write: the same per-unit encoder, one thread per unit).
 #pragma once
+
+#include "core/paged_kv.h"
 
 #include <cuda_runtime_api.h>
 
@@ -34,11 +40,8 @@ constexpr int64_t kAttentionMaxKDim = 1024;        // floats of a query/key head
 constexpr int64_t kAttentionMaxVDim = 512;         // floats of a value head (MLA latent: 512)
 constexpr int64_t kAttentionMaxSplitUnits = 256;   // (row, head group) pairs a split step may have
 
-struct PagedKvArgs {
-  float* k;
-  float* v;  // may equal k
-  int64_t block_size, kv_heads, k_dim, v_dim, token_stride;
-};
+// The cache as kernels see it: core/paged_kv.h's view (byte slots of any KvDtype).
+using PagedKvArgs = PagedKv;
 
 struct AttentionArgs {
   PagedKvArgs cache;
@@ -61,7 +64,8 @@ struct AttentionArgs {
 int64_t attention_partial_floats(const AttentionArgs& a);
 void attention_launch(const AttentionArgs& a, cudaStream_t stream);
 
-// cache slot slots[t] <- row t of k (and of v when v is not null); rows of kv_heads * dim floats.
+// cache slot slots[t] <- row t of k (and of v when v is not null), encoded in the cache's dtype;
+// rows of kv_heads * dim floats.
 void kv_write_launch(const PagedKvArgs& cache, const float* k, const float* v, const int64_t* slots,
                      int64_t rows, cudaStream_t stream);
 

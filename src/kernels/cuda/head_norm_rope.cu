@@ -42,11 +42,16 @@ __device__ __forceinline__ void copy_floats(float* dst, const float* src, int be
   }
 }
 
+// Slot `slot` of an F32 cache (the store is used with F32 caches only).
+__device__ __forceinline__ float* f32_slot(uint8_t* cache, int64_t slot, int64_t slot_bytes) {
+  return reinterpret_cast<float*>(cache + slot * slot_bytes);
+}
+
 // Head h of row t of the KV store's v into the row's cache slot.
 template <int W>
 __device__ __forceinline__ void copy_v_head(const KvStore& kv, int64_t t, int64_t h, int lane) {
   const PagedKvArgs& c = kv.cache;
-  copy_floats<W>(c.v + kv.slots[t] * c.token_stride + h * c.v_dim, kv.v + (t * c.kv_heads + h) * c.v_dim, 0,
+  copy_floats<W>(f32_slot(c.v, kv.slots[t], c.slot_bytes) + h * c.v_dim, kv.v + (t * c.kv_heads + h) * c.v_dim, 0,
                  int(c.v_dim), lane);
 }
 
@@ -56,7 +61,7 @@ __device__ __forceinline__ void copy_v_head(const KvStore& kv, int64_t t, int64_
 template <int W, int kChunks>
 __device__ __forceinline__ void store_k_head(const KvStore& kv, int64_t t, int64_t h, const RmsSpan<W, kChunks>& span,
                                              const float* head, int start, int len, int lane) {
-  float* cached = kv.cache.k + kv.slots[t] * kv.cache.token_stride + h * kv.cache.k_dim;
+  float* cached = f32_slot(kv.cache.k, kv.slots[t], kv.cache.slot_bytes) + h * kv.cache.k_dim;
   span.store(cached + start, len, lane, 32);
   copy_floats<W>(cached, head, 0, start, lane);
   copy_floats<W>(cached, head, start + len, int(kv.cache.k_dim), lane);
@@ -129,7 +134,7 @@ bool vector_access(const HeadSet& s, int pairs) {
 // Whether float4 accesses reach every cache head and v head of the store.
 bool vector_access(const KvStore& kv) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return aligned(kv.cache.k) && aligned(kv.cache.v) && aligned(kv.v) && kv.cache.token_stride % 4 == 0 &&
+  return aligned(kv.cache.k) && aligned(kv.cache.v) && aligned(kv.v) && kv.cache.slot_bytes % 16 == 0 &&
          kv.cache.k_dim % 4 == 0 && kv.cache.v_dim % 4 == 0;
 }
 

@@ -42,8 +42,9 @@ struct HeadSet {
 void head_norm_rope_launch(const RopeArgs& rope, const HeadSet& first, const HeadSet& second, int64_t rows,
                            float eps, const int32_t* positions, cudaStream_t stream);
 
-// The KV write fused into the prologue: row t's k heads (the second set, after norm and rope;
-// the cache's kv_heads heads of k_dim floats) go to slot slots[t] of cache.k, and row t of v
+// The KV write fused into the prologue, for F32 caches (other dtypes take kv_write_launch): row
+// t's k heads (the second set, after norm and rope; the cache's kv_heads heads of k_dim floats)
+// go to slot slots[t] of cache.k, and row t of v
 // ([rows, kv_heads * v_dim], device memory) to the same slot of cache.v (not aliasing cache.k).
 struct KvStore {
   PagedKvArgs cache{};

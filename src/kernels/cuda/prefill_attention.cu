@@ -40,6 +40,7 @@
 // rows of few keys. So Q, K, P and V all take three pieces: 6 MMAs per product instead of 3.
 #include "kernels/cuda/prefill_attention.h"
 
+#include "formats/kv_codec.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/w2_mma.cuh"
@@ -256,7 +257,8 @@ __device__ __forceinline__ void attend_keys(const __nv_bfloat16* k_pieces, const
   }
 }
 
-template <class L>
+// D: the cache's dtype (its rows are decoded into the FP32 stage unless F32).
+template <class L, KvDtype D>
 __global__ void __launch_bounds__(L::threads, 1) prefill_attention_kernel(AttentionArgs a, const PrefillTile* tiles,
                                                                          int heads) {
   constexpr int DK = L::DK, DV = L::DV, kKeys = L::keys, kThreads = L::threads;
@@ -305,16 +307,30 @@ __global__ void __launch_bounds__(L::threads, 1) prefill_attention_kernel(Attent
     const int key = kt * kKeys + stage_key;
     return key < keys ? table[key / block_size] : 0;
   };
+  KvLayout layout = paged_kv_layout(a.cache);
+  layout.dtype = D;  // lets the compiler drop the other dtypes' decoders
   const auto issue = [&](int kt, int32_t block) {
     const int key = kt * kKeys + stage_key;
     float* k_dst = stage + stage_key * DK;
     if (key < keys) {
-      const int64_t offset = (int64_t(block) * block_size + key % block_size) * a.cache.token_stride + kv_head * DK;
-      const float* k_src = a.cache.k + offset;
+      const int64_t offset = (int64_t(block) * block_size + key % block_size) * a.cache.slot_bytes;
+      if constexpr (D == KvDtype::f32) {
+        const float* k_src = reinterpret_cast<const float*>(a.cache.k + offset) + kv_head * DK;
+        const float* v_src = reinterpret_cast<const float*>(a.cache.v + offset) + kv_head * DK;
 #pragma unroll
-      for (int f = copy_part; f < DK / 4; f += L::copy_lanes) {
-        cp_async16(k_dst + 4 * f, k_src + 4 * f);
-        if constexpr (!L::aliased) cp_async16(k_dst + kKeys * DK + 4 * f, a.cache.v + offset + 4 * f);
+        for (int f = copy_part; f < DK / 4; f += L::copy_lanes) {
+          cp_async16(k_dst + 4 * f, k_src + 4 * f);
+          if constexpr (!L::aliased) cp_async16(k_dst + kKeys * DK + 4 * f, v_src + 4 * f);
+        }
+      } else {  // decoded into the same FP32 stage (plain stores, published by the barrier)
+        const int first = int(kv_head * DK);
+        const KvSlotLayout slot = kv_slot_layout(layout);
+#pragma unroll 1
+        for (int f = copy_part; f < DK / 4; f += L::copy_lanes) {
+          kv_slot_value4(layout, slot, a.cache.k + offset, first + 4 * f, k_dst + 4 * f);
+          if constexpr (!L::aliased)
+            kv_slot_value4(layout, slot, a.cache.v + offset, first + 4 * f, k_dst + kKeys * DK + 4 * f);
+        }
       }
     } else {
 #pragma unroll
@@ -375,14 +391,29 @@ __global__ void __launch_bounds__(L::threads, 1) prefill_attention_kernel(Attent
   }
 }
 
-template <class L>
+template <class L, KvDtype D>
 void launch(const AttentionArgs& a, const PrefillTile* tiles, int64_t tile_count, int heads, cudaStream_t stream) {
   static_assert(L::aliased || L::slots == kPrefillSlots, "prefill_attention_slots");
-  static const cudaError_t opt_in = cudaFuncSetAttribute(prefill_attention_kernel<L>,
+  static const cudaError_t opt_in = cudaFuncSetAttribute(prefill_attention_kernel<L, D>,
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::bytes));
   (void)opt_in;
-  launch_dependent_kernel<prefill_attention_kernel<L>>(dim3(unsigned(tile_count), unsigned(a.q_heads / heads)),
-                                                      dim3(L::threads), L::bytes, 1, stream, a, tiles, heads);
+  launch_dependent_kernel<prefill_attention_kernel<L, D>>(dim3(unsigned(tile_count), unsigned(a.q_heads / heads)),
+                                                         dim3(L::threads), L::bytes, 1, stream, a, tiles, heads);
+}
+
+// launch<L, the cache's dtype> (nvfp4 only for MLA: prefill_attention_supports).
+template <class L>
+void launch_dtype(const AttentionArgs& a, const PrefillTile* tiles, int64_t tile_count, int heads,
+                  cudaStream_t stream) {
+  switch (a.cache.dtype) {
+    case KvDtype::f32: return launch<L, KvDtype::f32>(a, tiles, tile_count, heads, stream);
+    case KvDtype::bf16: return launch<L, KvDtype::bf16>(a, tiles, tile_count, heads, stream);
+    case KvDtype::fp8_e4m3: return launch<L, KvDtype::fp8_e4m3>(a, tiles, tile_count, heads, stream);
+    case KvDtype::fp8_e5m2: return launch<L, KvDtype::fp8_e5m2>(a, tiles, tile_count, heads, stream);
+    case KvDtype::nvfp4:
+      if constexpr (L::aliased) return launch<L, KvDtype::nvfp4>(a, tiles, tile_count, heads, stream);
+      return;
+  }
 }
 
 bool is_mla(const PagedKvArgs& cache) { return cache.v == cache.k; }
@@ -390,10 +421,11 @@ bool is_mla(const PagedKvArgs& cache) { return cache.v == cache.k; }
 }  // namespace
 
 bool prefill_attention_supports(const PagedKvArgs& cache, int64_t q_heads) {
-  if (cache.kv_heads <= 0 || q_heads % cache.kv_heads != 0 || cache.token_stride % 4 != 0 || !aligned16(cache.k) ||
+  if (cache.kv_heads <= 0 || q_heads % cache.kv_heads != 0 || cache.slot_bytes % 16 != 0 || !aligned16(cache.k) ||
       !aligned16(cache.v))
     return false;
-  if (!is_mla(cache)) return cache.k_dim == cache.v_dim && (cache.k_dim == 64 || cache.k_dim == 128);
+  if (!is_mla(cache))
+    return cache.dtype != KvDtype::nvfp4 && cache.k_dim == cache.v_dim && (cache.k_dim == 64 || cache.k_dim == 128);
   if (cache.k_dim != kMlaKDim || cache.v_dim != kMlaVDim || cache.kv_heads != 1 || q_heads % 16 != 0) return false;
   // Its shared memory (107 KiB) is more than some GPUs give a block (sm_120: 99 KiB).
   int device = 0, shared = 0;
@@ -416,11 +448,11 @@ void prefill_attention_launch(const AttentionArgs& a, const PrefillTile* tiles, 
   if (tile_count == 0) return;
   const int heads = int(prefill_attention_heads(a.cache, a.q_heads));
   if (is_mla(a.cache)) {
-    launch<Mla>(a, tiles, tile_count, heads, stream);
+    launch_dtype<Mla>(a, tiles, tile_count, heads, stream);
   } else if (a.cache.k_dim == 64) {
-    launch<Layout<64, 64, false>>(a, tiles, tile_count, heads, stream);
+    launch_dtype<Layout<64, 64, false>>(a, tiles, tile_count, heads, stream);
   } else {
-    launch<Layout<128, 128, false>>(a, tiles, tile_count, heads, stream);
+    launch_dtype<Layout<128, 128, false>>(a, tiles, tile_count, heads, stream);
   }
 }
 

@@ -235,7 +235,7 @@ void check_prologue_kv(const PrologueCase& c) {
   const int64_t q_cols = c.q_heads * c.head_dim, k_cols = c.k_heads * c.head_dim;
   const auto v_values = random_floats(size_t(5 * k_cols), 84, 2.0f);
   const auto new_cache = [&](Backend& b) {
-    return b.alloc_kv(4, kBlockSize, c.k_heads, c.head_dim, c.head_dim, false);
+    return b.alloc_kv(4, kBlockSize, KvLayout{KvDtype::f32, c.k_heads, c.head_dim, c.head_dim, false});
   };
   for (int64_t rows : {1, 5}) {
     SCOPED_TRACE(rows == 1 ? "1 row" : "5 rows");
@@ -326,9 +326,9 @@ TEST(CudaNorm, QkNormRopeKvWriteRefusesOtherCaches) {
   begin_rows(p, positions);
   const RopeTable table = rope_table_build(rope_config(64, false, false));
   Tensor q = p.gpu->alloc({1, 256}), k = p.gpu->alloc({1, 128}), v = p.gpu->alloc({1, 128}), none;
-  for (KvLayerCache cache : {p.gpu->alloc_kv(1, kBlockSize, 2, 64, 64, true),
-                             p.gpu->alloc_kv(1, kBlockSize, 1, 128, 128, false),
-                             p.gpu->alloc_kv(1, kBlockSize, 2, 32, 32, false)})
+  for (KvLayerCache cache : {p.gpu->alloc_kv(1, kBlockSize, KvLayout{KvDtype::f32, 2, 64, 64, true}),
+                             p.gpu->alloc_kv(1, kBlockSize, KvLayout{KvDtype::f32, 1, 128, 128, false}),
+                             p.gpu->alloc_kv(1, kBlockSize, KvLayout{KvDtype::f32, 2, 32, 32, false})})
     EXPECT_THROW(p.gpu->qk_norm_rope_kv_write(table, q, 4, k, 2, 64, none, none, kEps, v, cache), Error);
 }
 

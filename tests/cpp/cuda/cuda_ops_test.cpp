@@ -116,8 +116,8 @@ TEST(CudaOps, EmbeddingMatchesCpu) {
 void check_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
   BackendPair p;
   const int64_t block_size = 4, blocks = 8;
-  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
-  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
   const std::vector<int32_t> table0 = {5, 1, 6}, table1 = {2, 7};
   const int32_t* tables[] = {table0.data(), table1.data()};
   auto slot = [&](const std::vector<int32_t>& table, int64_t pos) { return int64_t(table[size_t(pos / block_size)]) * block_size + pos % block_size; };
@@ -169,8 +169,8 @@ TEST(CudaOps, MlaAttentionMatchesCpu) {
 void check_long_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_t v_dim, bool mla) {
   BackendPair p;
   const int64_t block_size = 16, keys = 3000, blocks = 200;
-  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
-  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
   std::vector<int32_t> table;
   for (int64_t b = 0; b < blocks; ++b) table.push_back(int32_t((b * 7) % blocks));  // a permutation
   const int32_t* tables[] = {table.data()};
@@ -224,8 +224,8 @@ void check_decode_attention(int64_t q_heads, int64_t kv_heads, int64_t k_dim, in
   }
   for (auto& table : tables)  // scatter: a fixed permutation of all blocks
     for (int32_t& b : table) b = int32_t((int64_t(b) * 7919) % blocks);
-  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
-  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
   std::vector<const int32_t*> table_ptrs;
   for (const auto& table : tables) table_ptrs.push_back(table.data());
   auto slot = [&](int64_t seq, int64_t pos) {
@@ -321,7 +321,7 @@ TEST(CudaOps, AttentionRowDoesNotDependOnTheStep) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
   const int64_t block_size = 16, blocks = 160, heads = 4, dim = 64;
-  KvLayerCache cache = p.gpu->alloc_kv(blocks, block_size, heads, dim, dim, false);
+  KvLayerCache cache = p.gpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, heads, dim, dim, false});
   std::vector<int32_t> table0, table1 = {150};
   for (int64_t b = 0; b < 130; ++b) table0.push_back(int32_t(b));
   const int32_t* tables[] = {table0.data(), table1.data()};
@@ -369,8 +369,8 @@ void check_prefill_rows(int64_t q_heads, int64_t kv_heads, int64_t k_dim, int64_
   bench_ops(*p.gpu).set_profiling(true);
   const int64_t block_size = 16, blocks = 24;
   const std::vector<int64_t> lengths = {300, 13, 1};
-  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
-  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, kv_heads, k_dim, v_dim, mla);
+  KvLayerCache cpu_cache = p.cpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
+  KvLayerCache gpu_cache = p.gpu->alloc_kv(blocks, block_size, KvLayout{KvDtype::f32, kv_heads, k_dim, v_dim, mla});
   std::vector<std::vector<int32_t>> tables(lengths.size());
   int32_t next_block = int32_t(blocks) - 1;  // backwards: physical order differs from logical
   for (size_t s = 0; s < lengths.size(); ++s)

@@ -44,8 +44,9 @@ class PrefillCase {
     for (auto& table : tables_)
       for (int32_t& b : table) b = int32_t((int64_t(b) * 7919) % blocks);
     for (const auto& table : tables_) table_ptrs_.push_back(table.data());
-    cpu_cache_ = p_.cpu->alloc_kv(blocks, block_size, shape.kv_heads, shape.k_dim, shape.v_dim, shape.mla);
-    gpu_cache_ = p_.gpu->alloc_kv(blocks, block_size, shape.kv_heads, shape.k_dim, shape.v_dim, shape.mla);
+    const KvLayout layout{KvDtype::f32, shape.kv_heads, shape.k_dim, shape.v_dim, shape.mla};
+    cpu_cache_ = p_.cpu->alloc_kv(blocks, block_size, layout);
+    gpu_cache_ = p_.gpu->alloc_kv(blocks, block_size, layout);
     bench_ops(*p_.gpu).set_profiling(true);
   }
 

@@ -131,7 +131,9 @@ TEST(Attention, PagedMatchesDenseCausalReference) {
   // Physical blocks deliberately out of order.
   const std::vector<int32_t> table = {3, 0, 2, 1};
   std::vector<float> k_cache(size_t(4 * block * kv_heads * dim)), v_cache(k_cache.size());
-  PagedKv cache{k_cache.data(), v_cache.data(), block, kv_heads, dim, dim, kv_heads * dim};
+  const PagedKv cache = paged_kv_view({KvDtype::f32, kv_heads, dim, dim, false},
+                                      reinterpret_cast<uint8_t*>(k_cache.data()),
+                                      reinterpret_cast<uint8_t*>(v_cache.data()), block);
   const auto k = random_floats(size_t(tokens * kv_heads * dim), 7);
   const auto v = random_floats(size_t(tokens * kv_heads * dim), 8);
   const auto q = random_floats(size_t(tokens * q_heads * dim), 9);

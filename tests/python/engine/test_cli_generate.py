@@ -23,7 +23,8 @@ def generate(run_moet, model, ids, *extra, experts="native"):
 @pytest.mark.parametrize("name", NAMES)
 def test_greedy_matches_transformers(run_moet, name):
     g = golden(name)
-    result = generate(run_moet, FIXTURES / name, g["prompt_ids"], "--max-tokens", len(g["greedy_ids"]))
+    result = generate(run_moet, FIXTURES / name, g["prompt_ids"], "--max-tokens", len(g["greedy_ids"]),
+                      "--kv-cache-dtype", "fp32")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["output_ids"] == g["greedy_ids"]
@@ -35,7 +36,7 @@ def test_greedy_matches_transformers(run_moet, name):
 def test_default_w2_experts_match_the_w2_golden(run_moet, name):
     g = json.loads((FIXTURES / name / "golden_w2.json").read_text())
     result = run_moet("generate", "--model", FIXTURES / name, "--prompt-ids", ",".join(map(str, g["prompt_ids"])),
-                      "--max-tokens", len(g["greedy_ids"]), "--json")
+                      "--max-tokens", len(g["greedy_ids"]), "--json", "--kv-cache-dtype", "fp32")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["output_ids"] == g["greedy_ids"]
 
@@ -49,7 +50,7 @@ def test_pack_dir_is_built_once_then_reused_and_rebuilt_when_stale(run_moet, tmp
 
     def run():
         return run_moet("--log-level", "info", "generate", "--model", model, "--prompt-ids", ids, "--json",
-                        "--max-tokens", 4, "--pack-dir", packs)
+                        "--max-tokens", 4, "--pack-dir", packs, "--kv-cache-dtype", "fp32")
 
     first = run()
     assert first.returncode == 0, first.stderr
@@ -77,7 +78,7 @@ def test_kimi_k2_model_type_runs_as_deepseek_v3(run_moet, tmp_path):
     config["model_type"] = "kimi_k2"
     (model / "config.json").write_text(json.dumps(config))
     g = golden("deepseek_v3")
-    result = generate(run_moet, model, g["prompt_ids"], "--max-tokens", 16)
+    result = generate(run_moet, model, g["prompt_ids"], "--max-tokens", 16, "--kv-cache-dtype", "fp32")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["output_ids"] == g["greedy_ids"]
 
