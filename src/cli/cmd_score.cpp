@@ -1,10 +1,13 @@
 // `moet score`: teacher-forced perplexity of a text (or a token-id file) under a model, with the
 // experts stored as --experts says; --logits-out writes every position's logits as raw
 // little-endian float32 [tokens - 1, vocab] so tools can compare formats (KL divergence, top-1).
+// --decode-steps scores one position per decode step (the FP4 tier and the gate act as while
+// generating; the report then has the tier's KPIs).
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/scorer.h"
+#include "experts/fp4_kpis.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -21,6 +24,7 @@ struct ScoreFlags {
   std::string text_file;
   int64_t max_tokens = 0;
   std::string logits_out;
+  bool decode_steps = false;
 };
 
 std::string read_all(const std::string& path) {
@@ -36,17 +40,19 @@ void run(const ScoreFlags& flags) {
   std::vector<int32_t> ids = tokenizer.encode(read_all(flags.text_file));
   if (flags.max_tokens > 0 && int64_t(ids.size()) > flags.max_tokens) ids.resize(size_t(flags.max_tokens));
   LoadedModel loaded = load_model(flags.model);
-  const ScoreResult result = score(*loaded.model, ids, !flags.logits_out.empty());
+  const Fp4Tier* tier = loaded.model->experts().fp4_tier();
+  const ScoreResult result = score(*loaded.model, ids, !flags.logits_out.empty(), 512, 16, flags.decode_steps);
   if (!flags.logits_out.empty()) {
     std::ofstream out(flags.logits_out, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(result.logits.data()), std::streamsize(result.logits.size() * sizeof(float)));
     MOET_CHECK(out.good(), "{}: write failed", flags.logits_out);
   }
-  const nlohmann::json report = {{"tokens", ids.size()},
-                                 {"experts", flags.model.experts.experts},
-                                 {"mean_nll", result.mean_nll()},
-                                 {"perplexity", result.perplexity()},
-                                 {"vocab", loaded.model->config().vocab_size}};
+  nlohmann::json report = {{"tokens", ids.size()},
+                           {"experts", flags.model.experts.experts},
+                           {"mean_nll", result.mean_nll()},
+                           {"perplexity", result.perplexity()},
+                           {"vocab", loaded.model->config().vocab_size}};
+  if (tier) report["fp4"] = fp4_kpi_json(fp4_tier_kpis(*tier));
   std::printf("%s\n", report.dump().c_str());
 }
 
@@ -61,6 +67,9 @@ void register_score(CLI::App& app, Actions& actions) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--logits-out", flags->logits_out,
                   "write the logits of every scored position as raw float32 [tokens - 1, vocab]");
+  sub->add_flag("--decode-steps", flags->decode_steps,
+                "score one position per step, each a decode step that samples (the FP4 tier's manager and the "
+                "confidence gate act on them as while generating)");
   actions[sub] = [flags] { run(*flags); };
 }
 

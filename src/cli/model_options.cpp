@@ -76,11 +76,20 @@ void ModelOptions::add_to(CLI::App& sub) {
   experts.add_to(sub);
 }
 
+ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
+  ModelLoadOptions options = experts.resolve(max_step_rows);
+  // The one gate of the CUDA FP4 tier (its tests: tests/cpp/cuda/cuda_fp4_tier_test.cpp).
+  MOET_CHECK(!(options.fp4_tier && device.device == "cuda"),
+             "--fp4-pool-gb / --fp4-pool-slots on --device cuda is not yet verified on a GPU");
+  return options;
+}
+
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows) {
   LoadedModel loaded;
+  const ModelLoadOptions load_options = model_load_options(options.device, options.experts, max_step_rows);
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);
-  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, options.experts.resolve(max_step_rows));
+  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load_options);
   return loaded;
 }
 

@@ -223,8 +223,9 @@ int64_t EngineCore::step() {
 
 EngineStats EngineCore::stats() const {
   EngineStats s{scheduler_.num_running(), scheduler_.num_waiting(), preemptions_, computed_tokens_, generated_tokens_,
-                top_logits_steps_, pool_.stats(), std::nullopt};
+                top_logits_steps_, pool_.stats(), std::nullopt, std::nullopt};
   if (const ExpertResidency* residency = model_.experts().residency()) s.experts = residency->kpis();
+  if (const Fp4Tier* tier = model_.experts().fp4_tier()) s.fp4 = fp4_tier_kpis(*tier);
   return s;
 }
 

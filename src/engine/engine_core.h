@@ -17,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "experts/expert_kpis.h"
+#include "experts/fp4_kpis.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_runner.h"
@@ -50,6 +51,7 @@ struct EngineStats {
   int64_t top_logits_steps = 0;  // total steps sampled from their rows' best logits only
   KvPoolStats kv;
   std::optional<ExpertKpis> experts;  // the expert cache's, since start (tiered experts only)
+  std::optional<Fp4Kpis> fp4;         // the FP4 tier's and the gate's, since start (with an FP4 tier only)
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

@@ -33,6 +33,8 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   const ExpertResidency* residency = model.experts().residency();
   const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
   const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
+  const Fp4Tier* tier = model.experts().fp4_tier();
+  const Fp4TierStats tier_before = tier ? tier->stats() : Fp4TierStats{};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_token = start, last_token = start;
@@ -50,6 +52,10 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
   result.decode_seconds = std::chrono::duration<double>(last_token - first_token).count();
   if (residency) result.experts = expert_kpis(residency->stats(), stats_before, residency->store().counters(), store_before);
+  if (tier) {
+    result.fp4 = fp4_kpis(tier->stats(), tier_before);
+    result.fp4->tau = tier->gate().tau();
+  }
   return result;
 }
 

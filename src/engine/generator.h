@@ -5,6 +5,7 @@
 
 #include "engine/sampler.h"
 #include "experts/expert_kpis.h"
+#include "experts/fp4_kpis.h"
 #include "models/model.h"
 
 #include <functional>
@@ -30,6 +31,7 @@ struct GenerateResult {
   double prefill_seconds = 0.0;      // until the first token was sampled
   double decode_seconds = 0.0;       // from then to the last
   std::optional<ExpertKpis> experts; // the expert cache over this request (tiered experts only)
+  std::optional<Fp4Kpis> fp4;        // the FP4 tier and the gate over this request (with an FP4 tier only)
 };
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,
