@@ -98,13 +98,15 @@ def predictor(w2_logits, fp4_logits, taus):
 
 
 def settings(args, total):
-    out = [("native", ["--experts", "native"]), ("fp4", ["--experts", "fp4"]), ("w2", ["--experts", "w2"])]
+    """(label, flags, pool percent or None, tau) per setting."""
+    out = [("native", ["--experts", "native"], None, 0.0), ("fp4", ["--experts", "fp4"], None, 0.0),
+           ("w2", ["--experts", "w2"], None, 0.0)]
     for pool in args.pools:
         slots = max(1, round(total * pool / 100))
         base = ["--experts", "w2", "--fp4-pool-slots", slots]
-        out.append((f"w2+pool{pool:g}%", base))
+        out.append((f"w2+pool{pool:g}%", base, pool, 0.0))
         for tau in args.taus:
-            out.append((f"w2+pool{pool:g}%+gate{tau:g}", base + ["--gate-tau", tau]))
+            out.append((f"w2+pool{pool:g}%+gate{tau:g}", base + ["--gate-tau", tau], pool, tau))
     return out
 
 
@@ -129,12 +131,13 @@ def evaluate(args, write):
     total = json.loads(probe)["fp4"]["experts_total"]
     results, refs = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, flags in settings(args, total):
+        for label, flags, pool, tau in settings(args, total):
             score, logits, outputs, seconds = run_setting(args, flags, pathlib.Path(tmp))
             greedy = [o["output_ids"] for o in outputs]
             if label in ("native", "fp4", "w2"):
                 refs[label] = (logits, greedy)
-            r = {"setting": label, "flags": " ".join(map(str, flags)), "perplexity": score["perplexity"],
+            r = {"setting": label, "pool_percent": pool, "tau": tau, "flags": " ".join(map(str, flags)),
+                 "perplexity": score["perplexity"],
                  "tokens_scored": score["tokens"] - 1, "seconds": seconds,
                  "decode_tokens_per_s": float(np.mean([o["decode_tokens_per_s"] for o in outputs]))}
             for ref in ("native", "fp4"):
@@ -185,12 +188,21 @@ def write_reports(args, results, gate):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        shown = [r for r in results if "vs_fp4" in r]
-        ax.bar([r["setting"] for r in shown], [r["vs_fp4"]["top1_agreement"] for r in shown])
-        ax.set_ylabel("top-1 agreement with all-FP4")
-        ax.set_ylim(min(r["vs_fp4"]["top1_agreement"] for r in shown) - 0.02, 1.0)
-        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+        fig, (top1, gated) = plt.subplots(1, 2, figsize=(9, 3.5))
+        w2 = next((r for r in results if r["setting"] == "w2" and "vs_fp4" in r), None)
+        for pool in sorted({r["pool_percent"] for r in results if r["pool_percent"] is not None}):
+            rows = sorted((r for r in results if r["pool_percent"] == pool and "vs_fp4" in r), key=lambda r: r["tau"])
+            taus = [r["tau"] for r in rows]
+            top1.plot(taus, [r["vs_fp4"]["top1_agreement"] for r in rows], marker="o", label=f"pool {pool:g}%")
+            gated.plot(taus, [r["fp4_tier"]["gated_fraction"] for r in rows], marker="o", label=f"pool {pool:g}%")
+        if w2 is not None:
+            top1.axhline(w2["vs_fp4"]["top1_agreement"], color="grey", linestyle="--", label="w2, no tier")
+        top1.set_xlabel("gate tau (0: no gate)")
+        top1.set_ylabel("top-1 agreement with all-FP4")
+        top1.legend(fontsize=7)
+        gated.set_xlabel("gate tau")
+        gated.set_ylabel("gated steps")
+        fig.suptitle(f"{args.model} ({args.device})", fontsize=9)
         fig.tight_layout()
         fig.savefig(out / "fp4_gate.png", dpi=120)
         plt.close(fig)
