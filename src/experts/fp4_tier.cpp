@@ -35,8 +35,9 @@ void Fp4Tier::allocate() {
   if (slots_.count() > 0) return;
   const Fp4TierOptions& o = config_.tier;
   int64_t count = o.slots;
-  if (count <= 0 && o.pool_bytes > 0) count = int64_t(o.pool_bytes / row_.bytes);
-  if (count <= 0) {
+  if (count <= 0 && o.pool_bytes > 0) {
+    count = int64_t(o.pool_bytes / row_.bytes);  // may be too few: refused below
+  } else if (count <= 0) {
     const uint64_t left = backend_.memory_available();
     count = left > Fp4TierOptions::kAutoReserveBytes ? int64_t((left - Fp4TierOptions::kAutoReserveBytes) / row_.bytes)
                                                      : 0;

@@ -47,6 +47,15 @@ def test_manager_fills_the_pool_and_reports(run_moet):
     assert k["experts_held"] <= 8 and k["hit_rate"] > 0 and k["promotions_per_s"] > 0
 
 
+def test_the_kpi_line_is_logged_every_n_steps(run_moet):
+    result = run_moet("--log-level", "info", "generate", "--model", TINY, "--prompt-ids", PROMPT, "--max-tokens", 12,
+                      "--threads", 2, "--fp4-pool-slots", 8, "--gate-tau", 0.5, "--kpi-every", 4)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "fp4 tier: 4 steps" in line]
+    assert len(lines) == 2, result.stderr  # after steps 4 and 8 (of 12)
+    assert "FP4 hit rate" in lines[0] and "steps gated" in lines[0] and "gate tau 0.500" in lines[0]
+
+
 def test_fp4_pack_is_built_once_then_reused(run_moet, tmp_path):
     args = ["--pack-dir", tmp_path, "--fp4-pool-slots", 8, "--fp4-store", "pack"]
     first = run_moet("--log-level", "info", "generate", "--model", TINY, "--prompt-ids", PROMPT, "--max-tokens", 3,
@@ -76,6 +85,7 @@ def test_bench_json_has_the_fp4_kpis(run_moet, tmp_path):
     (["--gate-tau", 0.5], "give --fp4-pool-gb or --fp4-pool-slots"),
     (["--gate-signal", "margin"], "give --fp4-pool-gb or --fp4-pool-slots"),
     (["--fp4-pool-slots", 2], "at least 4 slots"),
+    (["--fp4-pool-gb", 0.00001], "at least 4 slots"),
     (["--fp4-pool-gb", "lots"], "--fp4-pool-gb: 'lots' is neither a size in GiB nor auto"),
     (["--experts", "fp4", "--fp4-pool-slots", 8], "the FP4 tier sits over W2 experts"),
     (["--fp4-pool-slots", 8, "--fp4-store", "pack"], "--fp4-store pack reads experts-fp4-*.pack: give --pack-dir"),
