@@ -227,7 +227,8 @@ class Backend {
   virtual void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids,
                       Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
-  // to one expert are gathered and run together; accumulation order is fixed (expert index).
+  // to one expert are gathered and run together; accumulation order is fixed (expert index; in
+  // a layer with a tier, the layer format's experts first, then the tier's).
   // A chosen id outside [0, experts) or naming an absent expert contributes nothing (absent ones
   // are recorded in experts.tracking). accumulate: out += the sum, continuing from out's values
   // (so that the experts of a layer run in ascending chunks give the one-run bits).

@@ -7,8 +7,10 @@
 // bit-identical to a fully resident run (on CUDA absent entries point at a stand-in expert and
 // carry a flag the combine reads; the CPU computes each expert on its own).
 // A layer may also hold entries of a second format beside its own: the FP4 recovery tier
-// (experts/fp4_tier.h) over a W2 base. The CPU computes every expert in its own format; CUDA reads
-// the tier's entries through a second table in a second pass of the MoE op (kernels/cuda/moe.h).
+// (experts/fp4_tier.h) over a W2 base. Each expert runs in its own format, and a row's sum takes
+// the layer format's experts first, then the tier's (each in expert order): the CPU computes every
+// expert on its own in that order; CUDA reads the tier's entries through a second table in a
+// second pass of the MoE op that continues the first's sums (kernels/cuda/moe.h).
 #pragma once
 
 #include "backend/tensor.h"

@@ -259,22 +259,24 @@ void ExpertResidency::run_layer(int64_t layer, const Tensor& x, const Tensor& ex
 void ExpertResidency::run_chunked(int64_t layer, std::span<const Key> keys, int64_t chunk, bool scan, const Tensor& x,
                                   const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
   tracker_.set_inexact();  // masked experts count as absent in every chunk but their own
-  int64_t below = 0;       // experts below this ran in earlier chunks
+  const auto run_only = [&](const std::vector<bool>& present, bool accumulate) {
+    pool_.mask_layer(layer, present);
+    backend_.moe_experts(x, pool_.layer(layer), expert_ids, weights, out, accumulate);
+    pool_.restore_layer(layer);
+  };
   for (size_t first = 0; first < keys.size(); first += size_t(chunk)) {
     const std::span<const Key> part = keys.subspan(first, std::min(size_t(chunk), keys.size() - first));
-    std::vector<bool> keep(size_t(layers_ * experts_), false);
-    for (const Key& k : part) keep[size_t(index(k.layer, k.expert))] = true;
+    std::vector<bool> keep(size_t(layers_ * experts_), false), present(size_t(experts_), false);
+    for (const Key& k : part) {
+      keep[size_t(index(k.layer, k.expert))] = true;
+      present[size_t(k.expert)] = true;
+    }
     MOET_CHECK(ensure(part, keep, scan), "expert cache: {} experts do not fit {} slots", part.size(), chunk);
-    // Present in the table: this chunk's experts and the FP4 tier's from `below` to the chunk's last.
-    const int64_t end = first + part.size() == keys.size() ? experts_ : part.back().expert + 1;
-    std::vector<bool> present(size_t(experts_), false);
-    for (int64_t e = below; e < end; ++e)
-      present[size_t(e)] = keep[size_t(index(layer, e))] || pool_.tier_present(layer, e);
-    pool_.mask_layer(layer, present);
-    backend_.moe_experts(x, pool_.layer(layer), expert_ids, weights, out, first > 0);
-    pool_.restore_layer(layer);
-    below = end;
+    run_only(present, first > 0);
   }
+  std::vector<bool> tier(size_t(experts_), false);
+  for (int64_t e = 0; e < experts_; ++e) tier[size_t(e)] = pool_.tier_present(layer, e);
+  if (std::find(tier.begin(), tier.end(), true) != tier.end()) run_only(tier, true);
 }
 
 ExpertKpis ExpertResidency::kpis() const { return expert_kpis(stats(), {}, store_->counters(), {}); }

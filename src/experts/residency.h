@@ -116,7 +116,7 @@ class ExpertResidency {
   // per layer.
   void point_tables(std::span<const Key> keys, bool present);
   // Runs `layer`'s routed experts `keys` (ascending) that need W2 slots in chunks of at most
-  // `chunk`, each chunk with the FP4 experts between it and the previous one, in expert order.
+  // `chunk`, then the FP4 tier's: the additions of one call (the MoE op's order).
   void run_chunked(int64_t layer, std::span<const Key> keys, int64_t chunk, bool scan, const Tensor& x,
                    const Tensor& expert_ids, const Tensor& weights, Tensor& out);
   // `count` slots to load into: free ones first, then those whose experts `keep` does not

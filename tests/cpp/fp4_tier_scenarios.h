@@ -6,7 +6,9 @@
 //     over the expert cache (FP4 slot > W2 slot > miss), and with only the best logits returned;
 //   - tau = 0 and no manager: the W2 model's;
 //   - a tier of the base's own W2 rows, a pool smaller than a step's routed set, the manager and a
-//     gate that fires on every step: promotions, evictions and replays happen and change nothing.
+//     gate that fires on every step: promotions, evictions and replays happen and change nothing;
+//   - the expert cache (replays, or layer by layer with chunked prefill layers) under an FP4 tier
+//     with the manager and the gate: the logits of resident W2 experts under the same tier.
 #pragma once
 
 #include "residency_scenarios.h"
@@ -135,6 +137,40 @@ inline void check_base_row_tier_changes_nothing(const BackendFactory& make_backe
     EXPECT_GT(s.forced_promotions, 0);
     EXPECT_GT(s.evictions + s.forced_evictions, 0);
     EXPECT_GT(s.gate_passes, 0);
+  }
+}
+
+// The expert cache under a tier with the manager and the gate at work changes nothing either: the
+// FP4 tier's experts resolve before the cache's slots, whether steps replay after fetching (a
+// cache of one step's experts) or run layer by layer with the prefill's layers in chunks and the
+// tier's experts after them (a cache of top_k slots; a second prompt, prefilled with the tier
+// filled): the logits are those over resident W2 experts with the same tier. `promote`: the
+// manager's promotions per step (0 on CUDA, whose manager's copies land when they are done).
+inline void check_expert_cache_under_the_tier(const BackendFactory& make_backend, int64_t promote) {
+  const Fp4TierConfig c = tier_config(8, promote, 0.5, 1, 64);
+  const std::vector<int32_t> second = {7, 77, 777, 7777, 70, 700, 7000, 17, 170, 1700, 71};
+  const auto two_prompts = [&](Model& model) {
+    Decoded run = greedy(model, tiny().prompt, kSteps);
+    const Decoded more = greedy(model, second, 8);
+    run.logits.insert(run.logits.end(), more.logits.begin(), more.logits.end());
+    return run;
+  };
+  Loaded resident = load_model(make_backend, tiny().checkpoint, ExpertMode::w2, c);
+  const Decoded want = two_prompts(*resident.model);
+  const Fp4TierStats s = tier_stats(resident);
+  EXPECT_EQ(s.promotions > 0, promote > 0);
+  EXPECT_GT(s.gate_passes, 0);
+  EXPECT_GT(s.gated_steps, 0);
+  for (const int64_t slots : {int64_t(12), int64_t(4)}) {
+    Loaded cached = load_model(make_backend, tiny().checkpoint, ExpertMode::w2, c, tiering(ExpertStoreKind::ram, slots));
+    expect_same(two_prompts(*cached.model), want, "a W2 cache of " + std::to_string(slots));
+    const ExpertKpis k = cached.model->experts().residency()->kpis();
+    EXPECT_GT(k.fetched_rows, 0);
+    if (slots == 4) {
+      EXPECT_EQ(k.layerwise_steps, kSteps + 1 + 9);
+    }
+    EXPECT_EQ(tier_stats(cached).forced_promotions, s.forced_promotions);
+    EXPECT_EQ(tier_stats(cached).promotions, s.promotions);
   }
 }
 

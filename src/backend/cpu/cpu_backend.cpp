@@ -376,9 +376,13 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
     ++track.routed_items[!present ? 1 : expert.format == set.layout.format ? 0 : 2];
   }
   if (!accumulate) std::memset(out.data, 0, out.bytes());
-  for (size_t e = 0; e < experts.size(); ++e) {
+  // The layer's own format's experts in ascending order, then the tier's (the CUDA op's order).
+  std::vector<size_t> order;
+  for (const bool tier : {false, true})
+    for (size_t e = 0; e < experts.size(); ++e)
+      if (!routed[e].empty() && (experts[e].format != set.layout.format) == tier) order.push_back(e);
+  for (const size_t e : order) {
     const auto& items = routed[e];
-    if (items.empty()) continue;
     const int64_t count = int64_t(items.size());
     const int64_t inner = experts[e].inner();
     Tensor gathered = alloc({count, hidden}), gate_up = alloc({count, 2 * inner});

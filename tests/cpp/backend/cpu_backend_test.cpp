@@ -197,9 +197,9 @@ TEST(CpuBackend, AbsentExpertsContributeNothing) {
 }
 
 // A W2 layer holding some experts at FP4 (the recovery tier) computes each expert in its own
-// format: bit for bit, each row is the sum in ascending expert order of weight * that expert's
-// output as a layer of that expert alone gives it (its W2 or its FP4 weights); routings of tier
-// experts are counted apart; experts of a third format are refused.
+// format: bit for bit, each row is the sum of weight * that expert's output as a layer of that
+// expert alone gives it (its W2 or its FP4 weights), its W2 experts in ascending order first, then
+// its FP4 ones; routings of tier experts are counted apart; experts of a third format are refused.
 TEST(CpuBackend, TierExpertsRunInTheirOwnFormat) {
   auto backend = cpu_backend_create({2, test_cpu_isa()});
   const int64_t rows = 5, hidden = 64, inner = 32, count = 6, top_k = 3;
@@ -236,9 +236,13 @@ TEST(CpuBackend, TierExpertsRunInTheirOwnFormat) {
     backend->moe_experts(x, single, id_tensor, ones, y);
     alone[size_t(e)].assign(y.as<float>(), y.as<float>() + rows * hidden);
   }
+  std::vector<int64_t> order;  // W2 experts, then FP4 ones
+  for (const bool tier : {false, true})
+    for (int64_t e = 0; e < count; ++e)
+      if ((std::count(fp4.begin(), fp4.end(), e) > 0) == tier) order.push_back(e);
   std::vector<float> want(size_t(rows * hidden), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = 0; e < count; ++e)
+    for (const int64_t e : order)
       for (int64_t s = 0; s < top_k; ++s) {
         if (ids[size_t(r * top_k + s)] != e) continue;
         const float w = weights.as<float>()[r * top_k + s];

@@ -38,6 +38,11 @@ TEST(CudaFp4Tier, MovesOfATierOfTheBaseRowsChangeNothing) {
   check_base_row_tier_changes_nothing(gpu(), "cuda");
 }
 
+TEST(CudaFp4Tier, TheExpertCacheUnderTheTierChangesNothing) {
+  MOET_SKIP_WITHOUT_GPU();
+  check_expert_cache_under_the_tier(gpu(), 0);
+}
+
 // The manager's copies run on the copy stream while decode steps replay their graphs; every
 // promotion becomes visible at a later step boundary and the graphs are never captured again.
 TEST(CudaFp4Tier, ManagerPromotesWhileGraphsReplay) {

@@ -28,6 +28,7 @@ TEST(Fp4Tier, TauOneWithRoomForEveryExpertGivesTheFp4Model) { check_tau_one_give
 TEST(Fp4Tier, TopLogitsStepsAreJudgedToo) { check_top_logits_steps_are_judged(cpu()); }
 TEST(Fp4Tier, TauZeroWithoutManagerGivesTheW2Model) { check_tau_zero_gives_the_w2_model(cpu(), "cpu"); }
 TEST(Fp4Tier, MovesOfATierOfTheBaseRowsChangeNothing) { check_base_row_tier_changes_nothing(cpu(), "cpu"); }
+TEST(Fp4Tier, TheExpertCacheUnderTheTierChangesNothing) { check_expert_cache_under_the_tier(cpu(), 2); }
 
 TEST(Fp4Tier, TheManagerPromotesAtMostPPerStep) {
   const auto run = [](std::vector<std::vector<float>>& logits) {
