@@ -188,7 +188,7 @@ void run(const BenchFlags& flags) {
       const std::vector<float> logits = sequences.decode(pos).output.logits;
       for (int64_t s = 0; s < batch; ++s) {
         const std::vector<int32_t>& fed = known[size_t(s)];
-        const bool greedy = int64_t(fed.size()) == pos + 1;
+        const bool greedy = int64_t(fed.size()) <= pos + 1;  // the first pass: a token not yet known
         const int32_t next = greedy ? argmax(logits.data() + s * vocab, vocab) : fed[size_t(pos + 1)];
         sequences.sequence(s).tokens.push_back(next);
       }

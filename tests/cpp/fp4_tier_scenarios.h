@@ -162,7 +162,8 @@ inline void check_expert_cache_under_the_tier(const BackendFactory& make_backend
   EXPECT_GT(s.gate_passes, 0);
   EXPECT_GT(s.gated_steps, 0);
   for (const int64_t slots : {int64_t(12), int64_t(4)}) {
-    Loaded cached = load_model(make_backend, tiny().checkpoint, ExpertMode::w2, c, tiering(ExpertStoreKind::ram, slots));
+    Loaded cached =
+        load_model(make_backend, tiny().checkpoint, ExpertMode::w2, c, tiering(ExpertStoreKind::ram, slots));
     expect_same(two_prompts(*cached.model), want, "a W2 cache of " + std::to_string(slots));
     const ExpertKpis k = cached.model->experts().residency()->kpis();
     EXPECT_GT(k.fetched_rows, 0);

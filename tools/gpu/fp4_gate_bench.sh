@@ -41,7 +41,7 @@ step() {  # step NAME COMMAND...
 case "$MODE" in
   tests)
     step cuda_tests "$CARRY/moet_cuda_tests" \
-      --gtest_filter='CudaFp4Tier*:CudaLogitConfidence*:Formats/CudaQuantMoe*:Stores/CudaResidency*:CudaResidencyGraphs*'
+      --gtest_filter='CudaFp4Tier*:CudaLogitConfidence*:Formats/CudaQuantMoe*:Stores/CudaResidency*:CudaResidencyGr*'
     MOET_OPS_BENCH_ONLY=logit_confidence step ops_bench "$CARRY/cuda_ops_bench" "$OUT_DIR/ops_bench.json"
     ;;
   bench)
@@ -54,7 +54,9 @@ case "$MODE" in
     for batch in $BATCHES; do
       bench "w2_b$batch" --batch "$batch"
       bench "pool_b$batch" --batch "$batch" --fp4-pool-slots "$FP4_SLOTS"
-      for tau in $TAUS; do bench "gate${tau}_b$batch" --batch "$batch" --fp4-pool-slots "$FP4_SLOTS" --gate-tau "$tau"; done
+      for tau in $TAUS; do
+        bench "gate${tau}_b$batch" --batch "$batch" --fp4-pool-slots "$FP4_SLOTS" --gate-tau "$tau"
+      done
     done
     python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/summary.txt"
 import json, pathlib, sys
@@ -65,9 +67,9 @@ for name, r in runs.items():
     base = runs.get("w2_" + name.rsplit("_", 1)[1], {}).get("decode_tokens_per_s")
     f = r.get("fp4", {})
     tps = r.get("decode_tokens_per_s", 0.0)
-    print(f"{name} | {tps:.2f} | {tps / base if base else 0:.3f} | {f.get('coverage', 0):.3f} | {f.get('hit_rate', 0):.3f} | "
-          f"{f.get('gated_steps', 0)}/{f.get('judged_steps', 0)} | {f.get('gate_replays', 0)} | "
-          f"{f.get('promotions', 0)} + {f.get('forced_promotions', 0)}")
+    print(f"{name} | {tps:.2f} | {tps / base if base else 0:.3f} | {f.get('coverage', 0):.3f} | "
+          f"{f.get('hit_rate', 0):.3f} | {f.get('gated_steps', 0)}/{f.get('judged_steps', 0)} | "
+          f"{f.get('gate_replays', 0)} | {f.get('promotions', 0)} + {f.get('forced_promotions', 0)}")
 PY
     ;;
   study)

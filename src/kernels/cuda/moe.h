@@ -17,13 +17,13 @@
 // not depend on what is absent, and the combine leaves them out, setting the expert's bit in
 // absent_bits (and counting it) where a present one sets used_bits, and counting the routings.
 // An entry served by the other table of a layer with an FP4 tier (`present` kServedElsewhere: the
-// backend runs the op once per table, the second accumulating) is dropped from the grouping, so
-// it costs nothing here; the first table's pass records it as used (routed_items[2]). Weights
-// are BF16, F32, W2 or MXFP4 (all experts of one table alike; docs/formats.md: U8 code planes
-// [rows, cols * bits / 8], UE8M0 scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
-// registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by
-// the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
-// tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
+// backend runs the op once per table, the second accumulating) is dropped from the grouping, so it
+// costs nothing here; the first table's pass records it as used (routed_items[2]). Weights are
+// BF16, F32, W2 or MXFP4 (all experts of one table alike; docs/formats.md: U8 code planes [rows,
+// cols * bits / 8], UE8M0 scale planes [rows, cols / 32]); activations FP32, accumulation FP32.
+// MXFP4 is decoded in registers (byte-permute lookup tables) and summed per block of 32 before the
+// one multiply by the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h);
+// the W2 tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
