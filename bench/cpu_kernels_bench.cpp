@@ -4,6 +4,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/logit_confidence.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/router.h"
 #include "kv/kv_cache.h"
@@ -93,6 +94,19 @@ void BM_RouterSigmoidGrouped(benchmark::State& state) {
   state.SetItemsProcessed(int64_t(state.iterations()) * rows);
 }
 BENCHMARK(BM_RouterSigmoidGrouped)->Arg(1)->Arg(64);
+
+// The confidence gate's signals of one logit row (Qwen3's vocabulary of 151936): args = rows.
+void BM_LogitConfidence(benchmark::State& state) {
+  const int64_t rows = state.range(0), vocab = 151936;
+  const auto logits = random_floats(size_t(rows * vocab));
+  std::vector<float> out(size_t(2 * rows));
+  for (auto _ : state) {
+    logit_confidence(logits.data(), rows, vocab, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * rows * vocab * int64_t(sizeof(float)));
+}
+BENCHMARK(BM_LogitConfidence)->Arg(1)->Arg(8)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace moet

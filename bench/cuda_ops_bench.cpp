@@ -15,12 +15,13 @@
 // (MLA: 128 heads over the latent cache, label "prefill attention mla 2048"); the router (Qwen3: softmax top-8 of
 // 128; DeepSeek-V3: sigmoid, grouped top-8 of 256) at batch 1 and 8; top_logits (the best 1, 50
 // and 256 logits per row, device sampling) over vocabularies of 151936 (Qwen3) and 129280
-// (DeepSeek-V3) at batch 1, 8 and 64. Each op except the prefill attention is captured kCalls
+// (DeepSeek-V3) at batch 1, 8 and 64; logit_confidence (the confidence gate's signals) over
+// 151936 at batch 1, 8 and 64. Each op except the prefill attention is captured kCalls
 // times into one CUDA graph (run_graph) and the graph replayed kReplays times, so the time per
 // call is what a decode step with graphs pays: kernel plus launch gap. Weights and KV caches
 // rotate over copies of at least 256 MB in all (at most 64), so calls do not hit the 50 MB L2.
 // Bytes counted: the weights (GEMV; FP8: codes and scales); the K/V rows, once per KV head
-// (attention); the logits, once (top_logits). Prints a table and writes JSON (argument 1,
+// (attention); the logits, once (top_logits, logit_confidence). Prints a table and writes JSON (argument 1,
 // optional). MOET_OPS_BENCH_ONLY=TEXT[,TEXT...] runs only the benchmarks whose label ("q_proj",
 // "attention 4096", "router softmax", ...) contains one of the TEXTs (^TEXT: starts with it), so
 // a profiler such as Nsight Compute can be pointed at the first launches of one op.
@@ -359,6 +360,29 @@ nlohmann::json bench_top_logits(Bench& b, int64_t vocab) {
   return {{"op", "top_logits"}, {"vocab", vocab}, {"results", rows_out}};
 }
 
+// The confidence gate's signals (largest probability and margin) of `rows` logit rows.
+nlohmann::json bench_logit_confidence(Bench& b, int64_t vocab) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  b.begin_step({0}, {{0}});
+  nlohmann::json rows_out = nlohmann::json::array();
+  for (int64_t rows : {1, 8, 64}) {
+    const double bytes = double(rows * vocab * 4);
+    std::vector<float> host(size_t(rows * vocab));
+    for (auto& v : host) v = normal(rng);
+    std::vector<Tensor> logits;  // rotating copies
+    for (int64_t c = 0; c < copies_for(bytes); ++c) {
+      logits.push_back(b.backend.alloc({rows, vocab}));
+      b.backend.from_host(host.data(), logits.back());
+    }
+    Tensor out = b.backend.alloc({rows, 2});
+    const double s =
+        b.seconds_per_call(out, [&](int i) { b.backend.logit_confidence(logits[size_t(i) % logits.size()], out); });
+    rows_out.push_back(b.report("logit_confidence " + std::to_string(vocab), rows, s, bytes));
+  }
+  return {{"op", "logit_confidence"}, {"vocab", vocab}, {"results", rows_out}};
+}
+
 }  // namespace
 }  // namespace moet
 
@@ -444,6 +468,7 @@ int main(int argc, char** argv) {
   });
   for (int64_t vocab : {151936, 129280})
     run("top_logits " + std::to_string(vocab), [&] { return moet::bench_top_logits(bench, vocab); });
+  run("logit_confidence 151936", [&] { return moet::bench_logit_confidence(bench, 151936); });
   if (out.empty()) {
     std::fprintf(stderr, "cuda_ops_bench: MOET_OPS_BENCH_ONLY=%s matches no benchmark label\n", only);
     return 1;

@@ -110,6 +110,14 @@ inline void check_top_logits(const Tensor& logits, int64_t k, const Tensor& valu
              "top_logits: values must be F32 and ids I32, both [{}, {}]", rows, k);
 }
 
+// Checks the operands of Backend::logit_confidence.
+inline void check_logit_confidence(const Tensor& logits, const Tensor& out) {
+  MOET_CHECK(logits.shape.size() == 2 && logits.dtype == DType::f32,
+             "logit_confidence: logits must be an F32 [rows, vocab] tensor");
+  MOET_CHECK(out.dtype == DType::f32 && out.shape == std::vector<int64_t>({logits.dim(0), 2}),
+             "logit_confidence: out must be F32 [{}, 2]", logits.dim(0));
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -145,6 +153,23 @@ class Backend {
   // steps after it are ordered on the backend's stream.
   virtual void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
                                  std::span<const uint8_t* const> rows) = 0;
+  // The same load without waiting (the FP4 tier's manager between steps): the rows must stay
+  // valid, and no table may point at the slots, until expert_slots_ready(fence) is true (or
+  // expert_slots_wait(fence) returned). Steps enqueued before the call finish reading the slots
+  // first. This default loads at once (the CPU); CUDA copies FP4 rows on its copy stream.
+  virtual ExpertLoadFence expert_slots_load_async(ExpertSlots& slots, std::span<const int64_t> ids,
+                                                  std::span<const uint8_t* const> rows) {
+    expert_slots_load(slots, ids, rows);
+    return {};
+  }
+  virtual bool expert_slots_ready(const ExpertLoadFence& fence) {
+    (void)fence;
+    return true;
+  }
+  virtual void expert_slots_wait(const ExpertLoadFence& fence) { (void)fence; }
+  // Lets `set` hold entries of `tier` (a block format) beside its own (ExpertSet::tier_format),
+  // before any step that uses the set is captured.
+  virtual void expert_set_add_tier(ExpertSet& set, ExpertFormat tier) = 0;
   // Host memory the backend copies from at full speed (page-locked on CUDA), 4 KiB aligned, not
   // initialised.
   virtual std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) = 0;
@@ -203,7 +228,8 @@ class Backend {
   virtual void router(const RouterParams& params, const Tensor& logits, Tensor& expert_ids,
                       Tensor& weights) = 0;
   // out = sum over each row's chosen experts of weight * down(silu(gate) * up)(x); rows routed
-  // to one expert are gathered and run together; accumulation order is fixed (expert index).
+  // to one expert are gathered and run together; accumulation order is fixed (expert index; in
+  // a layer with a tier, the layer format's experts first, then the tier's).
   // A chosen id outside [0, experts) or naming an absent expert contributes nothing (absent ones
   // are recorded in experts.tracking). accumulate: out += the sum, continuing from out's values
   // (so that the experts of a layer run in ascending chunks give the one-run bits).
@@ -218,6 +244,11 @@ class Backend {
   // last), values bit for bit as in the row; 1 <= k <= min(vocab, kMaxTopLogits). The CUDA
   // backend's result is bit-identical to the CPU's and capturable (no host synchronisation).
   virtual void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) = 0;
+  // out[r, 0] = the largest softmax probability of row r of logits [rows, vocab] and out[r, 1] =
+  // it minus the second largest (the confidence gate's signals, engine/confidence_gate.h), as
+  // kernels/cpu/logit_confidence.h computes them (NaN logits have no probability). CUDA: within
+  // float rounding of the CPU's, capturable.
+  virtual void logit_confidence(const Tensor& logits, Tensor& out) = 0;
   // Per-head matmul: x [rows, heads, x_stride] (first k floats of each head used), w [heads, n, k]
   // -> y [rows, heads, y_stride] (first n floats of each head written).
   virtual void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

@@ -4,15 +4,16 @@
 
 namespace moet {
 
-DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts) {
+DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts, ExpertFormat tier) {
   MOET_CHECK(!experts.empty(), "an MoE layer needs experts");
   const int64_t hidden = layout.hidden, inner = layout.inner;
   DType dense_dtype = DType::f32;
   bool first = true;
   for (const ExpertWeights& e : experts) {
     if (!e.present()) continue;
-    MOET_CHECK(e.format == layout.format, "the experts of one layer must share one format");
-    if (layout.format == ExpertFormat::dense) {
+    MOET_CHECK(e.format == layout.format || (tier != ExpertFormat::dense && e.format == tier),
+               "the experts of one layer must share one format (or be of its recovery tier's)");
+    if (e.format == ExpertFormat::dense) {
       MOET_CHECK((e.gate_up.dtype == DType::bf16 || e.gate_up.dtype == DType::f32) && e.down.dtype == e.gate_up.dtype &&
                      (first || e.gate_up.dtype == dense_dtype),
                  "dense experts must be BF16 or F32, one dtype per layer");
@@ -25,7 +26,7 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
       continue;
     }
     // Block formats: U8 codes [rows, cols * bits / 8] and UE8M0 scales [rows, cols / 32].
-    const int64_t bits = layout.format == ExpertFormat::w2 ? 2 : 4;
+    const int64_t bits = e.format == ExpertFormat::w2 ? 2 : 4;
     MOET_CHECK(e.gate_up.dtype == DType::u8 && e.down.dtype == DType::u8 && e.gate_up_scales.dtype == DType::u8 &&
                    e.down_scales.dtype == DType::u8 && hidden % 32 == 0 && inner % 32 == 0 &&
                    e.gate_up.shape == std::vector<int64_t>({2 * inner, hidden * bits / 8}) &&

@@ -6,6 +6,11 @@
 // the other experts does not change with what is absent, so what it computes for them is
 // bit-identical to a fully resident run (on CUDA absent entries point at a stand-in expert and
 // carry a flag the combine reads; the CPU computes each expert on its own).
+// A layer may also hold entries of a second format beside its own: the FP4 recovery tier
+// (experts/fp4_tier.h) over a W2 base. Each expert runs in its own format, and a row's sum takes
+// the layer format's experts first, then the tier's (each in expert order): the CPU computes every
+// expert on its own in that order; CUDA reads the tier's entries through a second table in a
+// second pass of the MoE op that continues the first's sums (kernels/cuda/moe.h).
 #pragma once
 
 #include "backend/tensor.h"
@@ -43,13 +48,14 @@ struct ExpertLayout {
 
 // Where the MoE op records what it met (backend memory; all null: not recorded). Bit e of a
 // layer's words: expert e was routed and absent / routed and present in this forward. miss_count
-// (one for every layer) counts the absent bits the forward set; routed_items[0] / [1] count the
-// routings (row, expert) that found their expert present / absent. The caller zeroes them first.
+// (one for every layer) counts the absent bits the forward set; routed_items[0] / [1] / [2] count
+// the routings (row, expert) that found their expert present in the layer's format / absent /
+// present in the tier's format. The caller zeroes them first.
 struct ExpertTracking {
   uint32_t* absent_bits = nullptr;  // [ceil(experts / 32)]
   uint32_t* used_bits = nullptr;    // [ceil(experts / 32)]
   int32_t* miss_count = nullptr;
-  int32_t* routed_items = nullptr;  // [2]
+  int32_t* routed_items = nullptr;  // [3]
 };
 
 // A layer's routed experts as the backend reads them. `table` is backend memory mapping an
@@ -61,12 +67,21 @@ struct ExpertSet {
   std::vector<ExpertWeights> experts;  // [experts], absent ones included
   Tensor table;
   ExpertTracking tracking;
+  // Backend::expert_set_add_tier: entries may also be of this block format (layout.format: no
+  // tier). CUDA reads those through tier_table (the same entries, the others marked as served
+  // elsewhere).
+  ExpertFormat tier_format = ExpertFormat::dense;
+  Tensor tier_table;
+
+  bool has_tier() const { return tier_format != ExpertFormat::dense && tier_format != layout.format; }
 };
 
-// Checks that every present expert has `layout`'s format and shapes (dense: BF16 or F32, one
-// dtype for all; block formats: U8 code and scale planes, hidden and inner multiples of 32);
-// returns the dense dtype (F32 when none is present or the layout is a block format).
-DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts);
+// Checks that every present expert has `layout`'s format and shapes, or (tier: a block format)
+// the tier's (dense: BF16 or F32, one dtype for all; block formats: U8 code and scale planes,
+// hidden and inner multiples of 32); returns the dense dtype (F32 when none is present or the
+// layout is a block format).
+DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeights>& experts,
+                       ExpertFormat tier = ExpertFormat::dense);
 // set.experts[experts[i]] = weights[i], the indices checked (the part of expert_set_update every
 // backend shares; the weights are already in the backend's layout).
 void expert_set_assign(ExpertSet& set, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
@@ -87,6 +102,11 @@ struct ExpertSlots {
   std::shared_ptr<void> memory;  // every slot's storage (and the backend's load scratch)
 
   int64_t count() const { return int64_t(weights.size()); }
+};
+
+// A load of expert slots in flight (Backend::expert_slots_load_async); empty: already done.
+struct ExpertLoadFence {
+  std::shared_ptr<void> event;
 };
 
 }  // namespace moet

@@ -29,6 +29,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence_batch.h"
 #include "experts/expert_kpis.h"
+#include "experts/fp4_kpis.h"
 #include "io/checkpoint.h"
 #include "models/weight_loader.h"
 
@@ -87,6 +88,7 @@ struct DecodePass {
   double seconds = 0.0;
   std::vector<float> logits;  // every step's, in order
   nlohmann::json experts;     // the expert cache's KPIs over the pass (tiered experts only)
+  nlohmann::json fp4;         // the FP4 tier's and the gate's over the pass (with an FP4 tier only)
 };
 
 // The backend's per-op profile of `passes` passes as JSON, per pass ("step": a decode step, or a
@@ -117,7 +119,7 @@ void run(const BenchFlags& flags) {
   MOET_CHECK(flags.dummy_routing == "uniform" || !flags.config_file.empty(),
              "--dummy-routing shapes invented routers: it needs --config");
   const KvDtype kv_dtype = kv_cache_dtype_resolve(flags.kv_cache, flags.device);
-  ModelLoadOptions load_options = flags.experts.resolve(flags.batch);
+  ModelLoadOptions load_options = model_load_options(flags.device, flags.experts, flags.batch);
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
   const SpeculativeConfig speculative = flags.speculative.resolve(flags.device);
   load_options.load_mtp = speculative.method == SpeculativeConfig::Method::mtp;
@@ -175,29 +177,43 @@ void run(const BenchFlags& flags) {
                 : nlohmann::json();
 
   // Decode steps at positions prompt_len .. prompt_len + steps - 1; the first pass appends the
-  // greedy tokens, later passes feed the same ones (and rewrite the same KV slots). With the
-  // expert cache, each pass also reports its KPIs.
+  // greedy tokens, later passes feed the same ones (and rewrite the same KV slots). Every step
+  // sees its sequence end at its position (a step that samples, as the gate judges them). With
+  // the expert cache or the FP4 tier, each pass also reports their KPIs.
+  const Fp4Tier* tier = model->experts().fp4_tier();
   const auto pass = [&](bool graphs_on, bool keep_logits) {
     backend->set_graphs(graphs_on);
     DecodePass result;
     const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
     const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
+    const Fp4TierStats tier_before = tier ? tier->stats() : Fp4TierStats{};
     if (keep_logits) result.logits.reserve(size_t(steps * batch * vocab));
+    std::vector<std::vector<int32_t>> known(static_cast<size_t>(batch));
+    for (int64_t s = 0; s < batch; ++s) known[size_t(s)] = sequences.sequence(s).tokens;
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t pos = prompt_len + i;
+      for (int64_t s = 0; s < batch; ++s) sequences.sequence(s).tokens.resize(size_t(pos + 1));
       // Timed: the step (and sampling, in the first pass); not the copy of its logits kept for
       // the comparison of the passes.
       const auto begin = std::chrono::steady_clock::now();
       const std::vector<float> logits = sequences.decode(pos).output.logits;
-      for (int64_t s = 0; s < batch; ++s)
-        if (std::vector<int32_t>& tokens = sequences.sequence(s).tokens; int64_t(tokens.size()) == pos + 1)
-          tokens.push_back(argmax(logits.data() + s * vocab, vocab));
+      for (int64_t s = 0; s < batch; ++s) {
+        const std::vector<int32_t>& fed = known[size_t(s)];
+        const bool greedy = int64_t(fed.size()) <= pos + 1;  // the first pass: a token not yet known
+        const int32_t next = greedy ? argmax(logits.data() + s * vocab, vocab) : fed[size_t(pos + 1)];
+        sequences.sequence(s).tokens.push_back(next);
+      }
       result.seconds += seconds_since(begin);
       if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
     if (residency)
       result.experts = expert_kpi_json(expert_kpis(residency->stats(), stats_before, residency->store().counters(),
                                                    store_before));
+    if (tier) {
+      Fp4Kpis k = fp4_kpis(tier->stats(), tier_before);
+      k.tau = tier->gate().tau();
+      result.fp4 = fp4_kpi_json(k);
+    }
     return result;
   };
 
@@ -231,6 +247,7 @@ void run(const BenchFlags& flags) {
     const DecodePass eager = pass(false, true);
     if (!timed.experts.is_null()) report["experts"] = timed.experts;
     if (!first.experts.is_null()) report["experts_first_graph_pass"] = first.experts;
+    if (!timed.fp4.is_null()) report["fp4"] = timed.fp4;
     steps_per_s = double(steps) / timed.seconds;
     eager_steps_per_s = double(steps) / eager.seconds;
     const auto same = [](const DecodePass& a, const DecodePass& b) {
@@ -250,6 +267,7 @@ void run(const BenchFlags& flags) {
   } else {
     const DecodePass timed = pass(false, false);
     if (!timed.experts.is_null()) report["experts"] = timed.experts;
+    if (!timed.fp4.is_null()) report["fp4"] = timed.fp4;
     steps_per_s = double(steps) / timed.seconds;
   }
   const double achieved_gbs = bytes_per_step * steps_per_s / 1e9;

@@ -118,6 +118,7 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
   if (tokenizer) out["text"] = tokenizer->decode(result.output_ids, true);
   if (result.experts) out["experts"] = expert_kpi_json(*result.experts);
   if (result.speculative) out.update(speculative_json(*result.speculative));
+  if (result.fp4) out["fp4"] = fp4_kpi_json(*result.fp4);
   return out;
 }
 

@@ -5,10 +5,13 @@
 // the KV cache in its --kv-cache-dtype); with a cache dtype other than fp32 the same chunks also
 // run over an FP32 cache, and the report adds that run's perplexity, the mean KL divergence of
 // this run's next-token distributions from it, and their top-1 agreement.
+// --decode-steps scores one position per decode step (the FP4 tier and the gate act as while
+// generating; the report then has the tier's KPIs).
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/scorer.h"
+#include "experts/fp4_kpis.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -28,6 +31,7 @@ struct ScoreFlags {
   int64_t max_tokens = 0;
   int64_t max_num_batched_tokens = 512;
   std::string logits_out;
+  bool decode_steps = false;
 };
 
 std::string read_all(const std::string& path) {
@@ -45,8 +49,9 @@ void run(const ScoreFlags& flags) {
   LoadedModel loaded = load_model(flags.model);
   const KvDtype kv_dtype = loaded.model->kv_layer_specs().front().dtype;
   const std::optional<KvDtype> reference = kv_dtype == KvDtype::f32 ? std::nullopt : std::optional(KvDtype::f32);
-  const ScoreResult result =
-      score(*loaded.model, ids, !flags.logits_out.empty(), flags.max_num_batched_tokens, 16, reference);
+  const Fp4Tier* tier = loaded.model->experts().fp4_tier();
+  const ScoreResult result = score(*loaded.model, ids, !flags.logits_out.empty(), flags.max_num_batched_tokens, 16,
+                                   reference, flags.decode_steps);
   if (!flags.logits_out.empty()) {
     std::ofstream out(flags.logits_out, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(result.logits.data()), std::streamsize(result.logits.size() * sizeof(float)));
@@ -66,6 +71,7 @@ void run(const ScoreFlags& flags) {
     report["max_kld_vs_fp32_kv"] = *std::max_element(result.kld.begin(), result.kld.end());
     report["top1_agreement_vs_fp32_kv"] = double(result.top1_agree) / double(result.kld.size());
   }
+  if (tier) report["fp4"] = fp4_kpi_json(fp4_tier_kpis(*tier));
   std::printf("%s\n", report.dump().c_str());
 }
 
@@ -84,6 +90,9 @@ void register_score(CLI::App& app, Actions& actions) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--logits-out", flags->logits_out,
                   "write the logits of every scored position as raw float32 [tokens - 1, vocab]");
+  sub->add_flag("--decode-steps", flags->decode_steps,
+                "score one position per step, each a decode step that samples (the FP4 tier's manager and the "
+                "confidence gate act on them as while generating)");
   actions[sub] = [flags] { run(*flags); };
 }
 

@@ -121,6 +121,7 @@ void run(ServeFlags flags) {
                             tokenizer.info().eos_ids,
                             now,
                             {}};
+  if (Fp4Tier* tier = loaded.model->experts().fp4_tier()) ctx.gate = &tier->gate();
   MOET_LOG_INFO("chat: template {}, tool-call parser {}, reasoning split {}", chat_template ? "yes" : "none",
                 ctx.tool_parser ? std::string(ctx.tool_parser->start()) : "none", ctx.reasoning ? "on" : "off");
 
@@ -163,7 +164,8 @@ void register_serve(CLI::App& app, Actions& actions) {
   sub->add_option("--port", s.port, "TCP port")->capture_default_str()->check(CLI::Range(1, 65535));
   sub->add_option("--served-model-name", s.served_model_names,
                   "model name(s) clients use; the first is listed by /v1/models (default: the model path as given)");
-  sub->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/* (env MOET_API_KEY)")
+  sub->add_option("--api-key", s.api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/* and /admin/* (env MOET_API_KEY)")
       ->envname("MOET_API_KEY");
   sub->add_option("--max-model-len", e.max_model_len,
                   "context length: prompt + output tokens (0 = the model's, lowered to what the KV cache budget "

@@ -4,9 +4,7 @@
 #include "core/error.h"
 
 namespace moet::cli {
-namespace {
 
-// "auto" -> 0 (the caller's automatic size), else a non-negative number of GiB in bytes.
 uint64_t gib_or_auto(const std::string& flag, const std::string& value) {
   if (value == "auto") return 0;
   double gib = -1.0;
@@ -19,8 +17,6 @@ uint64_t gib_or_auto(const std::string& flag, const std::string& value) {
   MOET_CHECK(gib >= 0.0, "{}: '{}' is neither a size in GiB nor auto", flag, value);
   return uint64_t(gib * double(uint64_t(1) << 30));
 }
-
-}  // namespace
 
 void ExpertOptions::add_to(CLI::App& sub) {
   sub.add_option("--experts", experts,
@@ -71,8 +67,9 @@ void ExpertOptions::add_to(CLI::App& sub) {
                  "which cached expert a fetch replaces: lru (least recently used) or frequency (least used, "
                  "counts decayed every step)")
       ->check(CLI::IsMember({"lru", "frequency"}));
-  sub.add_option("--kpi-every", kpi_every, "steps between expert-cache KPI log lines (0 = none)")
+  sub.add_option("--kpi-every", kpi_every, "steps between expert-cache and FP4-tier KPI log lines (0 = none)")
       ->check(CLI::NonNegativeNumber);
+  fp4.add_to(sub);
 }
 
 ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
@@ -82,6 +79,7 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   const bool store_flags = store != "ram" || direct_io || ram_gb != "auto" || no_preheat;
   MOET_CHECK(cache_on || !store_flags, "--expert-store and its flags need the expert cache (--expert-cache-gb or "
                                        "--expert-cache-slots)");
+  fp4.resolve(options, max_step_rows, cache_slots == 0 && cache_gb == "auto", kpi_every);
   if (!cache_on) return options;
   MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts: not with --experts native");
   MOET_CHECK(store == "ram" || !pack_dir.empty(), "--expert-store {} reads the pack file: give --pack-dir", store);

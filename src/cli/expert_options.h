@@ -2,9 +2,10 @@
 // --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
 // residency: --expert-cache-gb / --expert-cache-slots, --expert-store and its knobs, the miss
 // protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every), shared by every
-// subcommand that loads a model.
+// subcommand that loads a model; the FP4 tier's and the gate's flags are in fp4_options.h.
 #pragma once
 
+#include "cli/fp4_options.h"
 #include "experts/expert_loader.h"
 
 #include <CLI/CLI.hpp>
@@ -28,11 +29,16 @@ struct ExpertOptions {
   int64_t max_replays = 4;
   std::string eviction = "lru";
   int64_t kpi_every = 500;
+  Fp4Options fp4;
 
   void add_to(CLI::App& sub);
   // max_step_rows: the most decode rows one step of this command can have (the engine's
   // max_num_seqs; the bench's batch): the expert cache must hold one such step's largest layer.
   ModelLoadOptions resolve(int64_t max_step_rows = 1) const;
 };
+
+// "auto" -> 0 (the caller's automatic size), else a non-negative number of GiB in bytes; a bad
+// value is an error naming `flag`.
+uint64_t gib_or_auto(const std::string& flag, const std::string& value);
 
 }  // namespace moet::cli

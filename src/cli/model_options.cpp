@@ -98,13 +98,21 @@ void ModelOptions::add_to(CLI::App& sub) {
   kv_cache.add_to(sub);
 }
 
+ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
+  ModelLoadOptions options = experts.resolve(max_step_rows);
+  // The one gate of the CUDA FP4 tier (its tests: tests/cpp/cuda/cuda_fp4_tier_test.cpp).
+  MOET_CHECK(!(options.fp4_tier && device.device == "cuda"),
+             "--fp4-pool-gb / --fp4-pool-slots on --device cuda is not yet verified on a GPU");
+  return options;
+}
+
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool load_mtp) {
   const KvDtype kv_dtype = kv_cache_dtype_resolve(options.kv_cache, options.device);
   LoadedModel loaded;
+  ModelLoadOptions load = model_load_options(options.device, options.experts, max_step_rows);
+  load.load_mtp = load_mtp;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);
-  ModelLoadOptions load = options.experts.resolve(max_step_rows);
-  load.load_mtp = load_mtp;
   loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load);
   loaded.model->set_kv_cache_dtype(kv_dtype);
   return loaded;

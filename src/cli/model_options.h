@@ -65,7 +65,9 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
 };
 
-// max_step_rows: the most decode rows one step of the command has (see ExpertOptions::resolve);
+// The experts' load options for `device` (ExpertOptions::resolve; max_step_rows: the most decode
+// rows one step of the command has), refusing what is not yet verified on that device.
+ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows);
 // load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp).
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1, bool load_mtp = false);
 

@@ -329,6 +329,7 @@ EngineStats EngineCore::stats() const {
   if (speculator_) s.speculative = speculator_->stats();
   s.kv_cache_tokens = config_.num_blocks * config_.block_size;
   s.kv_bytes_per_token = kv_bytes_per_token(model_.kv_layer_specs());
+  if (const Fp4Tier* tier = model_.experts().fp4_tier()) s.fp4 = fp4_tier_kpis(*tier);
   return s;
 }
 

@@ -22,6 +22,7 @@
 
 #include "core/thread_pool.h"
 #include "experts/expert_kpis.h"
+#include "experts/fp4_kpis.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
@@ -60,6 +61,7 @@ struct EngineStats {
   std::optional<SpeculativeStats> speculative;  // with speculative decoding
   int64_t kv_cache_tokens = 0;        // tokens the KV pool holds (blocks x block size)
   int64_t kv_bytes_per_token = 0;     // every layer's slots (the cache dtype's codes, scales, padding)
+  std::optional<Fp4Kpis> fp4;         // the FP4 tier's and the gate's, since start (with an FP4 tier only)
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

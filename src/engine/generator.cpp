@@ -34,6 +34,8 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   const ExpertResidency* residency = model.experts().residency();
   const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
   const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
+  const Fp4Tier* tier = model.experts().fp4_tier();
+  const Fp4TierStats tier_before = tier ? tier->stats() : Fp4TierStats{};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_token = start, last_token = start;
@@ -52,6 +54,10 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   result.decode_seconds = std::chrono::duration<double>(last_token - first_token).count();
   if (residency) result.experts = expert_kpis(residency->stats(), stats_before, residency->store().counters(), store_before);
   result.speculative = engine.stats().speculative;
+  if (tier) {
+    result.fp4 = fp4_kpis(tier->stats(), tier_before);
+    result.fp4->tau = tier->gate().tau();
+  }
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "experts/expert_kpis.h"
+#include "experts/fp4_kpis.h"
 #include "models/model.h"
 
 #include <functional>
@@ -34,6 +35,7 @@ struct GenerateResult {
   double decode_seconds = 0.0;       // from then to the last
   std::optional<ExpertKpis> experts; // the expert cache over this request (tiered experts only)
   std::optional<SpeculativeStats> speculative;  // with speculative decoding
+  std::optional<Fp4Kpis> fp4;        // the FP4 tier and the gate over this request (with an FP4 tier only)
 };
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt,

@@ -36,7 +36,7 @@ double ScoreResult::reference_perplexity() const { return std::exp(-mean_of(refe
 double ScoreResult::mean_kld() const { return mean_of(kld); }
 
 ScoreResult score(Model& model, const std::vector<int32_t>& ids, bool keep_logits, int64_t chunk, int64_t block_size,
-                  std::optional<KvDtype> reference_kv) {
+                  std::optional<KvDtype> reference_kv, bool decode_steps) {
   const ModelConfig& config = model.config();
   const int64_t n = int64_t(ids.size()), vocab = config.vocab_size;
   MOET_CHECK(n >= 2, "scoring needs at least 2 tokens (got {})", n);
@@ -45,21 +45,29 @@ ScoreResult score(Model& model, const std::vector<int32_t>& ids, bool keep_logit
              config.max_position_embeddings);
   for (int32_t id : ids) MOET_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary [0, {})", id, vocab);
   SequenceBatch sequences(model, 1, n, block_size);
-  sequences.sequence(0).tokens = ids;
   std::unique_ptr<SequenceBatch> reference;
   if (reference_kv) {
     std::vector<KvLayerSpec> specs;
     for (const KvLayerSpec& spec : model.kv_layer_specs())
       specs.push_back(kv_layer_spec_with_dtype(spec, *reference_kv));
     reference = std::make_unique<SequenceBatch>(model, 1, n, block_size, specs);
-    reference->sequence(0).tokens = ids;
   }
+  // The known tokens: all of them, or (decode steps) only those before the step's position.
+  const auto known = [&](SequenceBatch& batch) -> std::vector<int32_t>& { return batch.sequence(0).tokens; };
+  known(sequences).assign(ids.begin(), decode_steps ? ids.begin() + 1 : ids.end());
+  if (reference) known(*reference) = known(sequences);
+  if (decode_steps) chunk = 1;
+  const ChunkRows rows = decode_steps ? ChunkRows::last : ChunkRows::all;
   ScoreResult result;
   for (int64_t begin = 0; begin < n - 1; begin += chunk) {
     const int64_t end = std::min(n - 1, begin + chunk);  // rows that predict a known next token
-    const std::vector<float> logits = sequences.run_rows(0, begin, end, ChunkRows::all).output.logits;
+    const std::vector<float> logits = sequences.run_rows(0, begin, end, rows).output.logits;
     std::vector<float> reference_logits;
-    if (reference) reference_logits = reference->run_rows(0, begin, end, ChunkRows::all).output.logits;
+    if (reference) reference_logits = reference->run_rows(0, begin, end, rows).output.logits;
+    if (decode_steps) {
+      known(sequences).push_back(ids[size_t(end)]);
+      if (reference) known(*reference).push_back(ids[size_t(end)]);
+    }
     for (int64_t r = 0; r < end - begin; ++r) {
       const int32_t next = ids[size_t(begin + r + 1)];
       const std::vector<double> lp = log_softmax(logits.data() + r * vocab, vocab);

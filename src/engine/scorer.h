@@ -2,10 +2,12 @@
 // token, for perplexity and for comparing expert formats (the quality harness reads the logits).
 // The sequence runs in chunks of `chunk` rows through the step runner over one paged KV cache,
 // exactly as a chunked prefill: from the second chunk on, attention reads what earlier chunks
-// wrote into the cache (in the cache's dtype). With a reference KV dtype, the same chunks also
-// run over a second cache of that dtype (same model, same weights) and every position's
-// next-token distribution is compared with the reference's (KL divergence, top-1 agreement):
-// the quality cost of the KV cache format (docs/kv.md).
+// wrote into the cache (in the cache's dtype). Or (decode_steps) one position per step, each step
+// ending at its sequence's last known token as a decode step that samples does: what the FP4
+// tier's manager and the confidence gate act on while generating (experts/fp4_tier.h). With a
+// reference KV dtype, the same steps also run over a second cache of that dtype (same model, same
+// weights) and every position's next-token distribution is compared with the reference's (KL
+// divergence, top-1 agreement): the quality cost of the KV cache format (docs/kv.md).
 #pragma once
 
 #include "models/model.h"
@@ -30,6 +32,7 @@ struct ScoreResult {
 };
 
 ScoreResult score(Model& model, const std::vector<int32_t>& ids, bool keep_logits, int64_t chunk = 512,
-                  int64_t block_size = 16, std::optional<KvDtype> reference_kv = std::nullopt);
+                  int64_t block_size = 16, std::optional<KvDtype> reference_kv = std::nullopt,
+                  bool decode_steps = false);
 
 }  // namespace moet

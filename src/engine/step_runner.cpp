@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/confidence_gate.h"
 
 #include <algorithm>
 #include <atomic>
@@ -31,10 +32,10 @@ int64_t select_rows(ChunkRows rows, const ScheduledChunk& chunk, int32_t first, 
 class ResidencyHook final : public StepHook {
  public:
   explicit ResidencyHook(ExpertResidency& residency) : residency_(residency) { residency_.allocate(); }
-  bool before_pass(const StepPlan& plan, int64_t, bool recurring) override {
+  bool before_pass(const StepPlan& plan, int64_t pass, bool recurring) override {
     int64_t rows = 0;
     for (const ScheduledChunk& chunk : plan.chunks) rows += chunk.count;
-    return residency_.begin_pass(rows, recurring);
+    return residency_.begin_pass(rows, recurring, pass);
   }
   StepDecision after_pass(const StepPlan&, const StepOutput&, int64_t pass) override {
     return residency_.after_pass(pass) ? StepDecision::again : StepDecision::done;
@@ -53,6 +54,10 @@ StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size, std::sp
   if (ExpertResidency* residency = model.experts().residency()) {
     residency_ = std::make_unique<ResidencyHook>(*residency);
     hooks_.push_back(residency_.get());
+  }
+  if (Fp4Tier* tier = model.experts().fp4_tier()) {
+    gate_ = std::make_unique<ConfidenceGate>(*tier, model.experts().residency());
+    hooks_.push_back(gate_.get());
   }
 }
 
@@ -89,14 +94,16 @@ ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) c
 }
 
 // Everything the forward bakes into its launches besides the step inputs (docs/design.md, "CUDA
-// graphs"): this runner (one model), the top-logits width, the logit and hidden rows, and the KV
-// cache's memory.
+// graphs"): this runner (one model), the top-logits width, the logit, hidden and confidence rows,
+// and the KV cache's memory.
 GraphKey StepRunner::graph_key(const ForwardBatch& batch) const {
   GraphKey key;
   key.values = {id_, batch.top_k, int64_t(batch.logit_rows.size())};
   key.values.insert(key.values.end(), batch.logit_rows.begin(), batch.logit_rows.end());
   key.values.push_back(int64_t(batch.hidden_rows.size()));
   key.values.insert(key.values.end(), batch.hidden_rows.begin(), batch.hidden_rows.end());
+  key.values.push_back(int64_t(batch.confidence_rows.size()));
+  key.values.insert(key.values.end(), batch.confidence_rows.begin(), batch.confidence_rows.end());
   for (const KvLayerCache& layer : cache_.layers) {
     key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.k.data)));
     key.values.push_back(int64_t(reinterpret_cast<intptr_t>(layer.v.data)));
@@ -108,6 +115,13 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
   MOET_CHECK(!plan.chunks.empty(), "step plan without chunks");
   StepOutcome outcome;
   ForwardBatch batch = batch_for(plan, outcome);
+  if (gate_ && !plan.mtp_hidden && gate_->judges_step()) {  // each sampling chunk's last logit row
+    for (size_t i = 0; i < outcome.logit_chunks.size(); ++i) {
+      const int32_t c = outcome.logit_chunks[i];
+      const bool last = i + 1 == outcome.logit_chunks.size() || outcome.logit_chunks[i + 1] != c;
+      if (last && plan.chunks[size_t(c)].samples()) batch.confidence_rows.push_back(int32_t(i));
+    }
+  }
   // One row per sequence, each returning its logits: a decode step, whose shape recurs. Draft
   // steps run eagerly (their hidden inputs are uploaded inside the forward).
   const bool recurring =

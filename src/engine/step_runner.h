@@ -11,10 +11,13 @@
 // decoding, engine/speculative.h), run through the same loop and hooks.
 //
 // Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
-// CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit and
-// hidden rows and the top-logits width (the backend adds rows, sequences and table stride),
-// unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
-// the runner's first hook is the residency protocol: misses fetched, the step run again.
+// CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit,
+// hidden and confidence rows and the top-logits width (the backend adds rows, sequences and
+// table stride), unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
+// the runner's first hook is the residency protocol: misses fetched, the step run again. When they
+// have an FP4 tier (experts/fp4_tier.h), the next is the tier's manager and confidence gate
+// (engine/confidence_gate.h), for which a judged step's forward also returns the confidence of
+// its sampling rows.
 #pragma once
 
 #include "engine/scheduler.h"
@@ -26,6 +29,8 @@
 #include <vector>
 
 namespace moet {
+
+class ConfidenceGate;
 
 enum class StepDecision { done, again };
 
@@ -85,6 +90,7 @@ class StepRunner {
   KvCache cache_;
   int64_t id_;  // unique per runner in the process (graph keys)
   std::unique_ptr<StepHook> residency_;  // the tiered experts' protocol (first of hooks_)
+  std::unique_ptr<ConfidenceGate> gate_;  // the FP4 tier's manager and gate (next)
   std::vector<StepHook*> hooks_;
   StepRunnerStats stats_;
 };

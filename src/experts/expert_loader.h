@@ -16,6 +16,7 @@
 #include "formats/mx_block.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
+#include "experts/fp4_tier.h"
 #include "experts/residency.h"
 #include "io/pack_reader.h"
 
@@ -36,6 +37,7 @@ struct ModelLoadOptions {
   ZeroMode zero_mode = ZeroMode::automatic;
   std::filesystem::path pack_dir;  // empty: quantize at every load
   std::optional<TieringConfig> tiering;  // the backend as a cache of experts (w2 / fp4 only)
+  std::optional<Fp4TierConfig> fp4_tier;  // the FP4 recovery tier over W2 experts
   double dummy_zipf = 0.0;  // invented models (model_load_random): routers skewed to Zipf(this); 0: uniform
   bool load_mtp = false;    // also load the MTP layer (models/mtp.h: --speculative-config mtp)
 };
@@ -72,6 +74,7 @@ class ExpertLoader {
   // With a pack directory: the pack (built or checked at construction) and what it must match.
   const std::optional<PackPaths>& pack_paths() const { return paths_; }
   const std::optional<PackSpec>& pack_spec() const { return spec_; }
+  const Checkpoint* checkpoint() const { return checkpoint_; }
 
  private:
   static PackSpec random_pack_spec(const ModelConfig& config, StoreFormat format);

@@ -28,23 +28,60 @@ void ExpertPool::plan_tiering(const TieringConfig& config) {
 
 void ExpertPool::start_tiering(ExpertLoader& loader, ExpertUploadSink& sink, int64_t top_k) {
   MOET_CHECK(tiered(), "expert pool: tiering was not planned");
-  TieringConfig& t = *tiering_;
+  const TieringConfig& t = *tiering_;
   const ExpertRowLayout row = loader.row_layout();
+  residency_ = std::make_unique<ExpertResidency>(backend_, *this, ensure_tracker(), rows_store(t.store, loader, sink),
+                                                 t.residency, row, top_k);
+}
+
+std::unique_ptr<ExpertStore> ExpertPool::rows_store(ExpertStoreOptions options, ExpertLoader& loader,
+                                                    ExpertUploadSink& sink) {
   std::vector<int64_t> moe_layers;
   for (int64_t l = 0; l < layers(); ++l)
     if (has_layer(l)) moe_layers.push_back(l);
-  if (t.store.kind != ExpertStoreKind::ram) {
-    MOET_CHECK(loader.pack_paths().has_value(), "--expert-store {} reads a pack file: give --pack-dir",
-               expert_store_name(t.store.kind));
-    t.store.pack = *loader.pack_paths();
-    t.store.spec = *loader.pack_spec();
+  if (options.kind != ExpertStoreKind::ram) {
+    MOET_CHECK(loader.pack_paths().has_value(), "--expert-store / --fp4-store {} reads a pack file: give --pack-dir",
+               expert_store_name(options.kind));
+    options.pack = *loader.pack_paths();
+    options.spec = *loader.pack_spec();
     for (int64_t l : moe_layers)
       for (int64_t e = 0; e < experts_; ++e) loader.mark_used(sink, l, e);
   }
-  std::unique_ptr<ExpertStore> store =
-      expert_store_create(t.store, backend_, moe_layers, experts_, row.bytes,
-                          [&](int64_t layer, int64_t expert, uint8_t* dst) { loader.load_row(sink, layer, expert, dst); });
-  residency_ = std::make_unique<ExpertResidency>(backend_, *this, std::move(store), t.residency, row, top_k);
+  const ExpertRowFn fill = [&](int64_t layer, int64_t expert, uint8_t* dst) {
+    loader.load_row(sink, layer, expert, dst);
+  };
+  return expert_store_create(options, backend_, moe_layers, experts_, loader.row_layout().bytes, fill);
+}
+
+void ExpertPool::plan_fp4_tier(const Fp4TierConfig& config) {
+  for (const auto& l : layers_)
+    MOET_CHECK(!l.has_value(), "expert pool: the FP4 tier is planned before the layers load");
+  fp4_config_ = config;
+}
+
+void ExpertPool::start_fp4_tier(ExpertLoader& loader, ExpertUploadSink& sink, int64_t top_k) {
+  MOET_CHECK(fp4_config_.has_value(), "expert pool: the FP4 tier was not planned");
+  const ExpertLayout tier = loader.layout();
+  base_.assign(size_t(layers()), {});
+  tier_.assign(size_t(layers()), {});
+  for (int64_t l = 0; l < layers(); ++l) {
+    if (!has_layer(l)) continue;
+    ExpertSet& set = mutable_layer(l);
+    MOET_CHECK(set.layout.format == ExpertFormat::w2 && tier.hidden == set.layout.hidden &&
+                   tier.inner == set.layout.inner,
+               "the FP4 tier sits over W2 experts (--experts w2)");
+    base_[size_t(l)] = set.experts;
+    tier_[size_t(l)].assign(size_t(experts_), ExpertWeights{});
+    backend_.expert_set_add_tier(set, tier.format);
+  }
+  std::unique_ptr<ExpertStore> store = rows_store(fp4_config_->store, loader, sink);
+  fp4_tier_ = std::make_unique<Fp4Tier>(backend_, *this, ensure_tracker(), std::move(store), *fp4_config_, tier,
+                                        loader.row_layout(), top_k);
+}
+
+ExpertTracker& ExpertPool::ensure_tracker() {
+  if (!tracker_) tracker_ = std::make_unique<ExpertTracker>(backend_, *this);
+  return *tracker_;
 }
 
 bool ExpertPool::has_layer(int64_t layer) const {
@@ -77,11 +114,58 @@ bool ExpertPool::present(int64_t layer, int64_t expert) const { return entry(lay
 void ExpertPool::set_tracking(int64_t layer, const ExpertTracking& tracking) { mutable_layer(layer).tracking = tracking; }
 
 void ExpertPool::update_layer(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights) {
-  backend_.expert_set_update(mutable_layer(layer), experts, weights);
+  if (tier_.empty()) return backend_.expert_set_update(mutable_layer(layer), experts, weights);
+  MOET_CHECK(experts.size() == weights.size(), "expert pool: {} entries for {} weights", experts.size(),
+             weights.size());
+  for (size_t i = 0; i < experts.size(); ++i) base_[size_t(layer)].at(size_t(experts[i])) = weights[i];
+  write_resolved(layer, experts);
+}
+
+void ExpertPool::update_tier(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights) {
+  MOET_CHECK(!tier_.empty() && has_layer(layer) && experts.size() == weights.size(),
+             "expert pool: a tier update without an FP4 tier, or of a layer without experts");
+  for (size_t i = 0; i < experts.size(); ++i) tier_[size_t(layer)].at(size_t(experts[i])) = weights[i];
+  write_resolved(layer, experts);
+}
+
+void ExpertPool::write_resolved(int64_t layer, std::span<const int64_t> experts) {
+  std::vector<ExpertWeights> resolved;
+  for (int64_t e : experts) {
+    const ExpertWeights& tier = tier_[size_t(layer)][size_t(e)];
+    resolved.push_back(tier.present() ? tier : base_[size_t(layer)][size_t(e)]);
+  }
+  backend_.expert_set_update(mutable_layer(layer), experts, resolved);
+}
+
+bool ExpertPool::tier_present(int64_t layer, int64_t expert) const {
+  return !tier_.empty() && has_layer(layer) && tier_[size_t(layer)].at(size_t(expert)).present();
+}
+
+void ExpertPool::mask_layer(int64_t layer, const std::vector<bool>& keep) {
+  MOET_CHECK(masked_.count(layer) == 0 && keep.size() == size_t(experts_), "expert pool: bad mask of layer {}", layer);
+  const std::vector<ExpertWeights>& current = this->layer(layer).experts;
+  masked_[layer] = current;
+  std::vector<int64_t> ids;
+  std::vector<ExpertWeights> entries;
+  for (int64_t e = 0; e < experts_; ++e) {
+    if (keep[size_t(e)] || !current[size_t(e)].present()) continue;
+    ids.push_back(e);
+    entries.push_back({});
+  }
+  backend_.expert_set_update(mutable_layer(layer), ids, entries);
+}
+
+void ExpertPool::restore_layer(int64_t layer) {
+  auto it = masked_.find(layer);
+  MOET_CHECK(it != masked_.end(), "expert pool: layer {} is not masked", layer);
+  std::vector<int64_t> ids(static_cast<size_t>(experts_));
+  for (int64_t e = 0; e < experts_; ++e) ids[size_t(e)] = e;
+  backend_.expert_set_update(mutable_layer(layer), ids, it->second);
+  masked_.erase(it);
 }
 
 void ExpertPool::begin_forward() {
-  if (residency_) residency_->begin_forward();
+  if (tracker_) tracker_->clear();
 }
 
 void ExpertPool::run(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out) {

@@ -7,15 +7,22 @@
 // Tiered (plan_tiering() before the layers load, start_tiering() after): the layers load as
 // all-absent tables, the rows go to a host store, and an ExpertResidency (residency.h) keeps a
 // pool of slots filled; run() then lets it make a layer resident first in eager steps, and
-// begin_forward() clears what the MoE ops record.
+// begin_forward() clears what the MoE ops record (expert_tracker.h).
+// With an FP4 tier (plan_fp4_tier(), start_fp4_tier(); fp4_tier.h) an entry resolves to the
+// expert's FP4 slot when it has one, else to its base entry (resident, a W2 slot, or absent): the
+// pool keeps both and writes the resolved one (update_layer() sets base entries,
+// update_tier() tier entries).
 #pragma once
 
 #include "backend/backend.h"
 #include "experts/expert_loader.h"
+#include "experts/expert_tracker.h"
+#include "experts/fp4_tier.h"
 #include "experts/residency.h"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,6 +44,16 @@ class ExpertPool {
   // Once every layer is loaded: the store (ram: every row through `loader`) and the residency.
   void start_tiering(ExpertLoader& loader, ExpertUploadSink& sink, int64_t top_k);
   ExpertResidency* residency() { return residency_.get(); }
+  const ExpertResidency* residency() const { return residency_.get(); }
+
+  // The FP4 tier: planned before the layers load, started after them (and after any tiering)
+  // with the loader of its rows (the base loader itself for a tier of the base's format).
+  void plan_fp4_tier(const Fp4TierConfig& config);
+  void start_fp4_tier(ExpertLoader& loader, ExpertUploadSink& sink, int64_t top_k);
+  Fp4Tier* fp4_tier() { return fp4_tier_.get(); }
+  const Fp4Tier* fp4_tier() const { return fp4_tier_.get(); }
+  // What the MoE ops record (null unless the experts are tiered or have an FP4 tier).
+  ExpertTracker* tracker() { return tracker_.get(); }
 
   int64_t layers() const { return int64_t(layers_.size()); }
   int64_t experts_per_layer() const { return experts_; }
@@ -46,9 +63,16 @@ class ExpertPool {
   ExpertFormat format(int64_t layer, int64_t expert) const;
   bool present(int64_t layer, int64_t expert) const;
 
-  // The residency's access to the tables: where a layer records, and new entries.
+  // The residency's and the tier's access to the tables: where a layer records, and new base /
+  // tier entries (ExpertWeights{}: none).
   void set_tracking(int64_t layer, const ExpertTracking& tracking);
   void update_layer(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
+  void update_tier(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
+  bool tier_present(int64_t layer, int64_t expert) const;
+  // Until restore_layer(): only the experts `keep` names (by expert index) are present in the
+  // layer's table (a layer run in chunks).
+  void mask_layer(int64_t layer, const std::vector<bool>& keep);
+  void restore_layer(int64_t layer);
 
   // Inside a forward, before its first MoE layer.
   void begin_forward();
@@ -58,12 +82,23 @@ class ExpertPool {
  private:
   const ExpertWeights& entry(int64_t layer, int64_t expert) const;
   ExpertSet& mutable_layer(int64_t layer);
+  ExpertTracker& ensure_tracker();
+  // The host store `options` names over `loader`'s rows (pack stores: its pack file).
+  std::unique_ptr<ExpertStore> rows_store(ExpertStoreOptions options, ExpertLoader& loader, ExpertUploadSink& sink);
+  // The entries of `experts` as they resolve (tier over base) into the layer's table.
+  void write_resolved(int64_t layer, std::span<const int64_t> experts);
 
   Backend& backend_;
   int64_t experts_;
   std::vector<std::optional<ExpertSet>> layers_;
   std::optional<TieringConfig> tiering_;
+  std::unique_ptr<ExpertTracker> tracker_;
   std::unique_ptr<ExpertResidency> residency_;
+  std::optional<Fp4TierConfig> fp4_config_;
+  std::unique_ptr<Fp4Tier> fp4_tier_;
+  // With an FP4 tier: per layer, the base entries and the tier's (empty: not a MoE layer).
+  std::vector<std::vector<ExpertWeights>> base_, tier_;
+  std::map<int64_t, std::vector<ExpertWeights>> masked_;  // mask_layer(): the entries to restore
 };
 
 }  // namespace moet

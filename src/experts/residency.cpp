@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "experts/expert_kpis.h"
 #include "experts/expert_pool.h"
+#include "experts/expert_tracker.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,8 +13,6 @@
 
 namespace moet {
 namespace {
-
-constexpr int64_t kCounters = 4;  // tracking: miss_count, routed_items[2], padding
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -27,10 +26,11 @@ VictimPolicy victim_policy_parse(const std::string& name) {
   fail("unknown expert eviction policy '{}' (expected lru or frequency)", name);
 }
 
-ExpertResidency::ExpertResidency(Backend& backend, ExpertPool& pool, std::unique_ptr<ExpertStore> store,
-                                 const ResidencyOptions& options, const ExpertRowLayout& row, int64_t top_k)
-    : backend_(backend), pool_(pool), store_(std::move(store)), options_(options), layers_(pool.layers()),
-      experts_(pool.experts_per_layer()), top_k_(top_k), row_(row), words_((pool.experts_per_layer() + 31) / 32) {
+ExpertResidency::ExpertResidency(Backend& backend, ExpertPool& pool, ExpertTracker& tracker,
+                                 std::unique_ptr<ExpertStore> store, const ResidencyOptions& options,
+                                 const ExpertRowLayout& row, int64_t top_k)
+    : backend_(backend), pool_(pool), tracker_(tracker), store_(std::move(store)), options_(options),
+      layers_(pool.layers()), experts_(pool.experts_per_layer()), top_k_(top_k), row_(row) {
   for (int64_t l = 0; l < layers_; ++l)
     if (pool.has_layer(l)) moe_layers_.push_back(l);
   MOET_CHECK(!moe_layers_.empty(), "expert residency: the model has no MoE layer");
@@ -64,18 +64,6 @@ void ExpertResidency::allocate() {
   last_use_.assign(size_t(count), 0);
   uses_.assign(size_t(count), 0.0);
   slot_of_.assign(size_t(layers_ * experts_), -1);
-  tracking_ = backend_.alloc({kCounters + 2 * layers_ * words_}, DType::i32);
-  backend_.fill_zero(tracking_);
-  host_tracking_.resize(size_t(tracking_.numel()));
-  auto* base = tracking_.as<int32_t>();
-  for (int64_t l : moe_layers_) {
-    ExpertTracking t;
-    t.miss_count = base;
-    t.routed_items = base + 1;
-    t.absent_bits = reinterpret_cast<uint32_t*>(base + kCounters + l * words_);
-    t.used_bits = reinterpret_cast<uint32_t*>(base + kCounters + (layers_ + l) * words_);
-    pool_.set_tracking(l, t);
-  }
   MOET_LOG_INFO("expert cache: {} of {} routed experts in {} ({:.1f}% coverage, {:.2f} GiB), {} store, {} eviction",
                 count, total, backend_.name(), 100.0 * double(count) / double(total),
                 double(count) * double(row_.bytes) / double(1ull << 30), expert_store_name(store_->kind()),
@@ -84,9 +72,10 @@ void ExpertResidency::allocate() {
 
 ExpertResidency::~ExpertResidency() = default;
 
-bool ExpertResidency::begin_pass(int64_t rows, bool recurring) {
+bool ExpertResidency::begin_pass(int64_t rows, bool recurring, int64_t pass) {
   MOET_CHECK(slots_.count() > 0, "expert residency: the slot pool was not allocated");
-  if (!replayed_) {  // the first pass of a step
+  tracker_.begin_pass();
+  if (pass == 0) {
     if (options_.kpi_every > 0 && stats_.steps > 0 && stats_.steps % options_.kpi_every == 0) {
       const ResidencyStats now = stats();
       MOET_LOG_INFO("{}", expert_kpi_line(expert_kpis(now, logged_stats_, store_->counters(), logged_store_)));
@@ -106,8 +95,6 @@ bool ExpertResidency::begin_pass(int64_t rows, bool recurring) {
   ++stats_.passes;
   return !layerwise_;
 }
-
-void ExpertResidency::begin_forward() { backend_.fill_zero(tracking_); }
 
 void ExpertResidency::touch(int64_t slot) {
   last_use_[size_t(slot)] = tick_;
@@ -194,25 +181,23 @@ bool ExpertResidency::after_pass(int64_t pass) {
     if (stats_.fetched_rows - step_fetched_ <= one_layer) prefer_layerwise_ = false;
     return false;
   }
-  backend_.to_host(tracking_, host_tracking_.data());
-  const int64_t misses = int64_t(host_tracking_[0]);
+  tracker_.read();
+  const int64_t misses = tracker_.misses();
   if (pass == 0) {
-    stats_.resident_items += int64_t(host_tracking_[1]);
-    stats_.routed_items += int64_t(host_tracking_[1]) + int64_t(host_tracking_[2]);
+    const int64_t found = tracker_.routed_items(0) + tracker_.routed_items(2);
+    stats_.resident_items += found;
+    stats_.routed_items += found + tracker_.routed_items(1);
   }
   stats_.missing_pairs += misses;
   std::vector<bool> keep(size_t(layers_ * experts_), false);
   std::vector<Key> missing;
   for (int64_t l : moe_layers_) {
-    const uint32_t* absent = host_tracking_.data() + kCounters + l * words_;
-    const uint32_t* used = host_tracking_.data() + kCounters + (layers_ + l) * words_;
     for (int64_t e = 0; e < experts_; ++e) {
-      const uint32_t bit = 1u << (e % 32);
-      if (used[e / 32] & bit) {
+      if (tracker_.used(l, e) && !pool_.tier_present(l, e)) {  // a tier expert needs no slot
         keep[size_t(index(l, e))] = true;
         if (slot_of_[size_t(index(l, e))] >= 0) touch(slot_of_[size_t(index(l, e))]);
       }
-      if (absent[e / 32] & bit) {
+      if (tracker_.absent(l, e)) {
         keep[size_t(index(l, e))] = true;
         missing.push_back({l, e});
       }
@@ -252,38 +237,46 @@ void ExpertResidency::run_layer(int64_t layer, const Tensor& x, const Tensor& ex
   std::vector<bool> routed(size_t(experts_), false);
   for (int32_t e : ids)
     if (e >= 0 && e < experts_) routed[size_t(e)] = true;
+  // The routed experts that need a W2 slot (the FP4 tier's resolve there).
   std::vector<Key> keys;
   for (int64_t e = 0; e < experts_; ++e)
-    if (routed[size_t(e)]) keys.push_back({layer, e});
+    if (routed[size_t(e)] && !pool_.tier_present(layer, e)) keys.push_back({layer, e});
   stats_.routed_items += int64_t(ids.size());
   for (int32_t e : ids)
-    if (e >= 0 && e < experts_ && slot_of_[size_t(index(layer, e))] >= 0) stats_.resident_items += 1;
+    if (e >= 0 && e < experts_ && (slot_of_[size_t(index(layer, e))] >= 0 || pool_.tier_present(layer, e)))
+      stats_.resident_items += 1;
   for (const Key& k : keys)
     if (slot_of_[size_t(index(k.layer, k.expert))] < 0) stats_.missing_pairs += 1;  // found missing, fetched
-  const ExpertSet& set = pool_.layer(layer);
   const int64_t chunk = slots_.count();
   const bool scan = x.rows() > options_.max_step_rows;  // a prefill: do not let it evict the decode hot set
+  if (keys.size() > size_t(chunk)) return run_chunked(layer, keys, chunk, scan, x, expert_ids, weights, out);
+  std::vector<bool> keep(size_t(layers_ * experts_), false);
+  for (const Key& k : keys) keep[size_t(index(k.layer, k.expert))] = true;
+  MOET_CHECK(ensure(keys, keep, scan), "expert cache: {} experts do not fit {} slots", keys.size(), chunk);
+  backend_.moe_experts(x, pool_.layer(layer), expert_ids, weights, out, false);
+}
+
+void ExpertResidency::run_chunked(int64_t layer, std::span<const Key> keys, int64_t chunk, bool scan, const Tensor& x,
+                                  const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
+  tracker_.set_inexact();  // masked experts count as absent in every chunk but their own
+  const auto run_only = [&](const std::vector<bool>& present, bool accumulate) {
+    pool_.mask_layer(layer, present);
+    backend_.moe_experts(x, pool_.layer(layer), expert_ids, weights, out, accumulate);
+    pool_.restore_layer(layer);
+  };
   for (size_t first = 0; first < keys.size(); first += size_t(chunk)) {
-    const std::span<const Key> part = std::span<const Key>(keys).subspan(first, std::min(size_t(chunk), keys.size() - first));
-    std::vector<bool> keep(size_t(layers_ * experts_), false);
-    for (const Key& k : part) keep[size_t(index(k.layer, k.expert))] = true;
-    MOET_CHECK(ensure(part, keep, scan), "expert cache: {} experts do not fit {} slots", part.size(), chunk);
-    const bool chunked = keys.size() > size_t(chunk);
-    if (chunked) {  // only this chunk's experts present in the layer's table
-      std::vector<Key> others;
-      for (int64_t e = 0; e < experts_; ++e)
-        if (!keep[size_t(index(layer, e))] && slot_of_[size_t(index(layer, e))] >= 0) others.push_back({layer, e});
-      point_tables(others, false);
+    const std::span<const Key> part = keys.subspan(first, std::min(size_t(chunk), keys.size() - first));
+    std::vector<bool> keep(size_t(layers_ * experts_), false), present(size_t(experts_), false);
+    for (const Key& k : part) {
+      keep[size_t(index(k.layer, k.expert))] = true;
+      present[size_t(k.expert)] = true;
     }
-    backend_.moe_experts(x, set, expert_ids, weights, out, first > 0);
+    MOET_CHECK(ensure(part, keep, scan), "expert cache: {} experts do not fit {} slots", part.size(), chunk);
+    run_only(present, first > 0);
   }
-  if (keys.size() > size_t(chunk)) {  // the table again says what is resident
-    std::vector<Key> resident;
-    for (int64_t e = 0; e < experts_; ++e)
-      if (slot_of_[size_t(index(layer, e))] >= 0) resident.push_back({layer, e});
-    point_tables(resident, true);
-  }
-  if (keys.empty()) backend_.moe_experts(x, set, expert_ids, weights, out, false);
+  std::vector<bool> tier(size_t(experts_), false);
+  for (int64_t e = 0; e < experts_; ++e) tier[size_t(e)] = pool_.tier_present(layer, e);
+  if (std::find(tier.begin(), tier.end(), true) != tier.end()) run_only(tier, true);
 }
 
 ExpertKpis ExpertResidency::kpis() const { return expert_kpis(stats(), {}, store_->counters(), {}); }

@@ -19,7 +19,9 @@
 //              ascending chunks of `slots`, the combine continuing from the previous chunk's sum.
 // Either way the last pass is bit-identical to a fully resident run: the MoE op's work for
 // present experts does not depend on what is absent, and chunks add in the same order.
-// Sampling happens only after the last pass (the step runner asks after_pass()).
+// Sampling happens only after the last pass (the step runner asks after_pass()). Experts the FP4
+// tier holds (fp4_tier.h) resolve there whatever their W2 slot: they never miss, are not
+// fetched, and keep no slot busy.
 #pragma once
 
 #include "backend/backend.h"
@@ -34,6 +36,7 @@
 namespace moet {
 
 class ExpertPool;
+class ExpertTracker;
 struct ExpertKpis;
 
 enum class VictimPolicy { lru, frequency };
@@ -75,21 +78,22 @@ struct ResidencyStats {
 
 class ExpertResidency {
  public:
-  ExpertResidency(Backend& backend, ExpertPool& pool, std::unique_ptr<ExpertStore> store, const ResidencyOptions& options,
-                  const ExpertRowLayout& row, int64_t top_k);
+  ExpertResidency(Backend& backend, ExpertPool& pool, ExpertTracker& tracker, std::unique_ptr<ExpertStore> store,
+                  const ResidencyOptions& options, const ExpertRowLayout& row, int64_t top_k);
   ~ExpertResidency();
 
   // Allocates the slot pool (once; the step runner calls it when it is made, after its KV
   // cache): refuses a pool smaller than one decode step's largest layer, naming the minimum.
   void allocate();
 
-  // Before a step of `rows` rows (recurring: a decode step): chooses how it runs; false when it
-  // must run eagerly (layerwise). Called before every pass.
-  bool begin_pass(int64_t rows, bool recurring);
-  // Inside the forward, before any MoE layer (captured in graphs): clears the tracking.
-  void begin_forward();
+  // Before pass `pass` of a step of `rows` rows (recurring: a decode step): on the first, chooses
+  // how the step runs; false when it must run eagerly (layerwise).
+  bool begin_pass(int64_t rows, bool recurring, int64_t pass);
   // After pass `pass` of a step: true when it fetched and the step must run again.
   bool after_pass(int64_t pass);
+  // Whether the last after_pass() asked for the step to run again (a pass that missed experts
+  // is not one to judge).
+  bool replay_pending() const { return replayed_; }
   // The routed experts of `layer` (layerwise steps): makes them resident and runs them.
   void run_layer(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out);
   bool layerwise() const { return layerwise_; }
@@ -111,6 +115,10 @@ class ExpertResidency {
   // Writes the table entries of `keys` (present: their slot's weights; else absent), one update
   // per layer.
   void point_tables(std::span<const Key> keys, bool present);
+  // Runs `layer`'s routed experts `keys` (ascending) that need W2 slots in chunks of at most
+  // `chunk`, then the FP4 tier's: the additions of one call (the MoE op's order).
+  void run_chunked(int64_t layer, std::span<const Key> keys, int64_t chunk, bool scan, const Tensor& x,
+                   const Tensor& expert_ids, const Tensor& weights, Tensor& out);
   // `count` slots to load into: free ones first, then those whose experts `keep` does not
   // protect, coldest first by the policy; fewer when there are not enough.
   std::vector<int64_t> victims(size_t count, const std::vector<bool>& keep) const;
@@ -118,6 +126,7 @@ class ExpertResidency {
 
   Backend& backend_;
   ExpertPool& pool_;
+  ExpertTracker& tracker_;
   std::unique_ptr<ExpertStore> store_;
   ResidencyOptions options_;
   int64_t layers_, experts_, top_k_;
@@ -128,9 +137,6 @@ class ExpertResidency {
   std::vector<int64_t> key_of_;     // [slots]: index() or -1
   std::vector<uint64_t> last_use_;  // [slots]: step of the last use
   std::vector<double> uses_;        // [slots]: decayed use counts (frequency policy)
-  Tensor tracking_;                 // backend memory: counters, then absent bits, then used bits
-  std::vector<uint32_t> host_tracking_;
-  int64_t words_;                   // bits words per layer
   uint64_t tick_ = 0;
   bool layerwise_ = false;
   bool replayed_ = false;

@@ -58,15 +58,16 @@ namespace {
 
 // Where a forward's results sit in its one output tensor (4-byte elements): the logit rows'
 // logits [rows, vocab] as F32, or their best k as values [rows, k] (F32) then ids [rows, k] (I32);
-// then the hidden rows [hidden_rows, hidden] as F32.
+// then the hidden rows [hidden_rows, hidden] as F32; then the confidence rows [rows, 2] as F32.
 struct OutputLayout {
-  int64_t logit_elements = 0, hidden_elements = 0;
-  int64_t total() const { return logit_elements + hidden_elements; }
+  int64_t logit_elements = 0, hidden_elements = 0, confidence_elements = 0;
+  int64_t total() const { return logit_elements + hidden_elements + confidence_elements; }
 };
 
 OutputLayout output_layout(const ForwardBatch& batch, int64_t vocab, int64_t hidden) {
   const int64_t rows = int64_t(batch.logit_rows.size());
-  return {batch.top_k > 0 ? 2 * rows * batch.top_k : rows * vocab, int64_t(batch.hidden_rows.size()) * hidden};
+  return {batch.top_k > 0 ? 2 * rows * batch.top_k : rows * vocab, int64_t(batch.hidden_rows.size()) * hidden,
+          2 * int64_t(batch.confidence_rows.size())};
 }
 
 // The output tensor of a forward (at least one element, so that a step without outputs has one).
@@ -90,6 +91,9 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
              "forward: top_k must be in [1, {}] (got {})", std::min(vocab, kMaxTopLogits), batch.top_k);
   for (const auto* list : {&batch.logit_rows, &batch.hidden_rows})
     for (int32_t r : *list) MOET_CHECK(r >= 0 && r < rows, "forward: row {} outside the batch of {}", r, rows);
+  for (int32_t r : batch.confidence_rows)
+    MOET_CHECK(r >= 0 && size_t(r) < batch.logit_rows.size(), "forward: confidence of logit row {} of {}", r,
+               batch.logit_rows.size());
   for (int64_t slot : batch.slots)
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
@@ -105,6 +109,7 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
   StepOutput out;
   const auto from = host.begin() + layout.logit_elements;
   out.hidden.assign(from, from + layout.hidden_elements);
+  out.confidence.assign(from + layout.hidden_elements, from + layout.hidden_elements + layout.confidence_elements);
   if (batch.top_k > 0) {
     const size_t n = size_t(layout.logit_elements / 2);
     out.top = {batch.top_k, std::vector<float>(host.begin(), host.begin() + ptrdiff_t(n)), std::vector<int32_t>(n)};
@@ -176,16 +181,22 @@ void DecoderModel::write_outputs(const ForwardBatch& batch, const Tensor& normed
     gathered(batch.hidden_rows, output_view(packed, layout.logit_elements, DType::f32, {hidden_rows, hidden}));
   if (out_rows == 0) return;
   const Tensor last_normed = gathered(batch.logit_rows, {});
-  if (batch.top_k == 0) {
-    Tensor logits = output_view(packed, 0, DType::f32, {out_rows, vocab});
-    backend_.matmul(last_normed, head, nullptr, logits);
-    return;
-  }
-  Tensor logits = backend_.alloc({out_rows, vocab});
+  Tensor logits = batch.top_k == 0 ? output_view(packed, 0, DType::f32, {out_rows, vocab})
+                                   : backend_.alloc({out_rows, vocab});
   backend_.matmul(last_normed, head, nullptr, logits);
-  Tensor values = output_view(packed, 0, DType::f32, {out_rows, batch.top_k});
-  Tensor ids = output_view(packed, out_rows * batch.top_k, DType::i32, {out_rows, batch.top_k});
-  backend_.top_logits(logits, batch.top_k, values, ids);
+  if (batch.top_k > 0) {
+    Tensor values = output_view(packed, 0, DType::f32, {out_rows, batch.top_k});
+    Tensor ids = output_view(packed, out_rows * batch.top_k, DType::i32, {out_rows, batch.top_k});
+    backend_.top_logits(logits, batch.top_k, values, ids);
+  }
+  if (!batch.confidence_rows.empty()) {
+    Tensor confidence = backend_.alloc({out_rows, 2});
+    backend_.logit_confidence(logits, confidence);
+    Tensor rows_out = output_view(packed, layout.logit_elements + layout.hidden_elements, DType::f32,
+                                  {int64_t(batch.confidence_rows.size()), 2});
+    for (size_t i = 0; i < batch.confidence_rows.size(); ++i)
+      backend_.copy_columns(confidence, 2, int64_t(batch.confidence_rows[i]) * 2, rows_out, 2, int64_t(i) * 2, 1, 2);
+  }
 }
 
 }  // namespace moet

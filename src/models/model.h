@@ -33,6 +33,9 @@ struct ForwardBatch {
   // > 0: only the best top_k logits of each logit row (1 <= top_k <= min(vocab, kMaxTopLogits)).
   int64_t top_k = 0;
   std::vector<int32_t> hidden_rows;           // rows whose last hidden state is returned, in this order
+  // Indices into logit_rows whose confidence (the gate's signals, kernels/cpu/logit_confidence.h)
+  // is returned, computed from the whole rows where they are (top_k only returns the best few).
+  std::vector<int32_t> confidence_rows;
   // Set for a step whose shape recurs (a decode step): the forward runs through
   // Backend::run_graph under this key (a CUDA graph per key and step layout), which must name
   // everything the forward bakes into its launches besides the step inputs (the step runner
@@ -59,6 +62,8 @@ struct StepOutput {
   TopLogits top;              // [logit_rows, top_k] when top_k > 0
   // [hidden_rows, hidden_size]: each row's hidden state after the final norm (the LM head's input).
   std::vector<float> hidden;
+  // [confidence_rows, 2]: each row's largest softmax probability and its margin over the second.
+  std::vector<float> confidence;
 };
 
 class Model {

@@ -10,6 +10,18 @@
 namespace moet {
 namespace {
 
+// The FP4 tier over the loaded model: its rows from a second loader (MXFP4, the pack file
+// experts-fp4-*.pack beside the W2 one), or the base loader's own for a W2-format tier.
+void start_fp4_tier(DecoderModel& model, const ModelConfig& config, WeightLoader& loader, ExpertLoader& experts,
+                    const ModelLoadOptions& options) {
+  if (options.fp4_tier->format == ExpertFormat::w2)
+    return model.experts().start_fp4_tier(experts, loader, config.num_experts_per_tok);
+  ModelLoadOptions fp4 = options;
+  fp4.experts = ExpertMode::fp4;
+  ExpertLoader rows(experts.checkpoint(), config, fp4);
+  model.experts().start_fp4_tier(rows, loader, config.num_experts_per_tok);
+}
+
 // Layer l's attention (the spec's) and FFN: the MoE block (its routed experts through `experts`
 // into the model's pool) or the dense MLP (intermediate_size).
 void layer_blocks_load(const ArchSpec& spec, const ModelConfig& config, WeightLoader& loader, ExpertLoader& experts,
@@ -28,11 +40,18 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
     mtp_require(config, loader);
     MOET_CHECK(!options.tiering, "--speculative-config method mtp: the expert cache does not hold the MTP layer's "
                                  "experts yet; keep every expert resident (--expert-cache-gb 0)");
+    MOET_CHECK(!options.fp4_tier, "--speculative-config method mtp: the FP4 tier does not cover the MTP layer's "
+                                  "experts yet; leave --fp4-pool-gb / --fp4-pool-slots unset");
   }
   auto model = std::make_unique<DecoderModel>(config, backend, options.load_mtp);
   if (options.tiering) {
     MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts, not --experts native");
     model->experts().plan_tiering(*options.tiering);
+  }
+  if (options.fp4_tier) {
+    MOET_CHECK(options.experts == ExpertMode::w2, "the FP4 tier sits over W2 experts (--experts w2, not {})",
+               expert_mode_name(options.experts));
+    model->experts().plan_fp4_tier(*options.fp4_tier);
   }
   model->load_common(loader);
   Progress progress("loading layers", uint64_t(config.num_hidden_layers + (options.load_mtp ? 1 : 0)));
@@ -53,6 +72,7 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
   }
   progress.finish();
   if (options.tiering) model->experts().start_tiering(experts, loader, config.num_experts_per_tok);
+  if (options.fp4_tier) start_fp4_tier(*model, config, loader, experts, options);
   model->finish_load();
   return model;
 }

@@ -4,6 +4,7 @@
 #include "server/http_server.h"
 
 #include "core/log.h"
+#include "server/admin_gate.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/generation.h"
@@ -126,7 +127,9 @@ const std::vector<Route>& routes() {
        }},
       {"GET", "/metrics", false,
        [](ServerContext& ctx, HttpExchange& ex) {
-         std::string text = ctx.metrics.render(ctx.engine.stats());
+         EngineStats stats = ctx.engine.stats();  // a snapshot after the last step; tau as it is now
+         if (stats.fp4 && ctx.gate) stats.fp4->tau = ctx.gate->tau();
+         std::string text = ctx.metrics.render(stats);
          text += fmt::format(
              "# HELP moet:structured_output_cache_hits_total Structured-output requests whose compiled grammar was "
              "cached.\n# TYPE moet:structured_output_cache_hits_total counter\n"
@@ -146,12 +149,14 @@ const std::vector<Route>& routes() {
        }},
       {"POST", "/tokenize", false, tokenize},
       {"POST", "/detokenize", false, detokenize},
+      {"GET", "/admin/gate", false, admin_gate_get},
+      {"POST", "/admin/gate", false, admin_gate_post},
   };
   return table;
 }
 
 bool authorized(const ServerContext& ctx, const HttpRequest& req) {
-  if (ctx.options.api_key.empty() || !req.path.starts_with("/v1/")) return true;
+  if (ctx.options.api_key.empty() || !(req.path.starts_with("/v1/") || req.path.starts_with("/admin/"))) return true;
   return req.header("Authorization") == "Bearer " + ctx.options.api_key;
 }
 

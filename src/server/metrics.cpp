@@ -124,6 +124,9 @@ std::string Metrics::render(const EngineStats& engine) const {
   if (engine.experts)
     for (const KpiSample& k : expert_kpi_samples(*engine.experts))
       (k.type == "counter" ? counter : gauge)(out, k.name, k.help, k.value);
+  if (engine.fp4)
+    for (const KpiSample& k : fp4_kpi_samples(*engine.fp4))
+      (k.type == "counter" ? counter : gauge)(out, k.name, k.help, k.value);
   ttft_.render(out, "moet:time_to_first_token_seconds", "Time from request arrival to its first token.");
   itl_.render(out, "moet:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
   e2e_.render(out, "moet:e2e_request_latency_seconds", "Time from request arrival to its last token.");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/async_engine.h"
+#include "experts/gate_control.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/token_mask.h"
@@ -42,6 +43,7 @@ struct ServerContext {
   int64_t created = 0;                      // unix time of the start (the model's "created")
   Metrics metrics;
   mutable GrammarCache grammars;            // compiled structured-output grammars, by source
+  GateControl* gate = nullptr;              // the confidence gate's tau (null: no FP4 tier)
 
   const std::string& model_name() const { return options.served_model_names.front(); }
   int64_t max_model_len() const { return engine.config().max_model_len; }

@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fp8_matmul.h"
+#include "kernels/cpu/logit_confidence.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
@@ -232,6 +233,10 @@ class CpuBackend final : public Backend, public BenchOps {
   void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
   void expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                          std::span<const ExpertWeights> weights) override;
+  void expert_set_add_tier(ExpertSet& set, ExpertFormat tier) override {
+    MOET_CHECK(tier == ExpertFormat::w2 || tier == ExpertFormat::fp4, "an expert tier holds W2 or FP4 experts");
+    set.tier_format = tier;
+  }
   std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) override {
     const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
     auto* memory = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
@@ -262,6 +267,16 @@ class CpuBackend final : public Backend, public BenchOps {
     pool_.parallel_for(size_t(logits.dim(0)), [&](size_t begin, size_t end) {
       moet::top_logits(logits.as<float>() + int64_t(begin) * vocab, int64_t(end - begin), vocab, k,
                        values.as<float>() + int64_t(begin) * k, ids.as<int32_t>() + int64_t(begin) * k);
+    });
+  }
+
+  void logit_confidence(const Tensor& logits, Tensor& out) override {
+    check_logit_confidence(logits, out);
+    const OpScope scope(*this, [] { return std::string("logit_confidence"); });
+    const int64_t vocab = logits.dim(1);
+    pool_.parallel_for(size_t(logits.dim(0)), [&](size_t begin, size_t end) {
+      moet::logit_confidence(logits.as<float>() + int64_t(begin) * vocab, int64_t(end - begin), vocab,
+                             out.as<float>() + int64_t(begin) * 2);
     });
   }
 
@@ -351,7 +366,8 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
   for (int64_t i = 0; i < rows * top_k; ++i) {
     const int32_t e = expert_ids.as<int32_t>()[i];
     if (e < 0 || size_t(e) >= experts.size()) continue;
-    const bool present = experts[size_t(e)].present();
+    const ExpertWeights& expert = experts[size_t(e)];
+    const bool present = expert.present();
     if (present) routed[size_t(e)].push_back(i);
     if (!track.used_bits) continue;
     const uint32_t bit = 1u << (e % 32);
@@ -361,12 +377,16 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
       track.absent_bits[e / 32] |= bit;
       ++*track.miss_count;
     }
-    ++track.routed_items[present ? 0 : 1];
+    ++track.routed_items[!present ? 1 : expert.format == set.layout.format ? 0 : 2];
   }
   if (!accumulate) std::memset(out.data, 0, out.bytes());
-  for (size_t e = 0; e < experts.size(); ++e) {
+  // The layer's own format's experts in ascending order, then the tier's (the CUDA op's order).
+  std::vector<size_t> order;
+  for (const bool tier : {false, true})
+    for (size_t e = 0; e < experts.size(); ++e)
+      if (!routed[e].empty() && (experts[e].format != set.layout.format) == tier) order.push_back(e);
+  for (const size_t e : order) {
     const auto& items = routed[e];
-    if (items.empty()) continue;
     const int64_t count = int64_t(items.size());
     const int64_t inner = experts[e].inner();
     Tensor gathered = alloc({count, hidden}), gate_up = alloc({count, 2 * inner});
@@ -422,7 +442,7 @@ void CpuBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> 
 void CpuBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                                    std::span<const ExpertWeights> weights) {
   expert_set_assign(set, experts, weights);
-  expert_set_check(set.layout, set.experts);  // the CPU's layout is the pack's
+  expert_set_check(set.layout, set.experts, set.tier_format);  // the CPU's layout is the pack's
 }
 
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

@@ -3,7 +3,10 @@
 // its entries between steps, stand-ins for absent entries, and the slot pool of tiered residency:
 // one device allocation of equal slots plus a load scratch, filled from pinned host rows by one
 // batched copy on the copy stream, then converted in place (W2 tiles) on the compute stream,
-// which waits for the copy. Pinned host memory and zero fills live here too.
+// which waits for the copy. A layer with an FP4 tier (expert_set_add_tier) has a second table,
+// the tier's entries present there and marked served elsewhere in the first; FP4 slots can also
+// be loaded without waiting (expert_slots_load_async: the copy stream alone, an event to poll).
+// Pinned host memory and zero fills live here too.
 #include "backend/cuda/cuda_backend_impl.h"
 
 #include "core/error.h"
@@ -63,10 +66,11 @@ size_t CudaBackend::device_expert_bytes(const ExpertLayout& layout) {
   return size_t(codes + scales);
 }
 
-ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeights& e) {
+ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeights& e, ExpertFormat format) {
   const ExpertWeights* source = &e;
-  if (!e.present()) {
-    const ExpertLayout& l = set.layout;
+  const int32_t presence = !e.present() ? kAbsent : e.format == format ? kPresent : kServedElsewhere;
+  if (presence != kPresent) {
+    const ExpertLayout l{format, set.layout.hidden, set.layout.inner};
     const auto key = std::make_tuple(int(l.format), int(set.dense_dtype), l.hidden, l.inner);
     auto it = stand_ins_.find(key);
     if (it == stand_ins_.end()) {
@@ -86,7 +90,23 @@ ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeight
     source = &it->second;
   }
   return {source->gate_up.data, source->down.data, static_cast<const uint8_t*>(source->gate_up_scales.data),
-          static_cast<const uint8_t*>(source->down_scales.data), e.present() ? 1 : 0, 0};
+          static_cast<const uint8_t*>(source->down_scales.data), presence, 0};
+}
+
+// The set's table (and its tier's) from set.experts, each in one copy (a few KB), ordered before
+// the next step. In the tier's table every entry not of the tier's format is served elsewhere.
+void CudaBackend::write_tables(const ExpertSet& set) {
+  std::vector<ExpertPointers> pointers;
+  for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e, set.layout.format));
+  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+  if (!set.has_tier()) return;
+  pointers.clear();
+  for (const ExpertWeights& e : set.experts) {
+    ExpertPointers p = table_entry(set, e, set.tier_format);
+    if (p.present == kAbsent) p.present = kServedElsewhere;  // the first table's pass records misses
+    pointers.push_back(p);
+  }
+  copy_to_device(set.tier_table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
 }
 
 ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertWeights> experts) {
@@ -105,19 +125,29 @@ ExpertSet CudaBackend::expert_set(const ExpertLayout& layout, std::vector<Expert
   check_bad_scales();
   Tensor table = device_tensor(DType::u8, {int64_t(experts.size() * sizeof(ExpertPointers))});
   ExpertSet set{layout, dense_dtype, std::move(experts), table, {}};
-  std::vector<ExpertPointers> pointers;
-  for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e));
-  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+  write_tables(set);
   return set;
 }
 
-// The whole layer's table is rewritten in one copy (a few KB), ordered before the next step.
+// Entries come in the device layout (resident experts tiled by expert_set(), slots by their
+// loads): the tables are rewritten whole.
 void CudaBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                                     std::span<const ExpertWeights> weights) {
   expert_set_assign(set, experts, weights);
-  std::vector<ExpertPointers> pointers;
-  for (const ExpertWeights& e : set.experts) pointers.push_back(table_entry(set, e));
-  copy_to_device(set.table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
+  for (size_t i = 0; i < weights.size(); ++i)
+    MOET_CHECK(!weights[i].present() || weights[i].format == set.layout.format ||
+                   (set.has_tier() && weights[i].format == set.tier_format),
+               "expert_set_update: an expert of another format than the layer's and its tier's");
+  write_tables(set);
+}
+
+void CudaBackend::expert_set_add_tier(ExpertSet& set, ExpertFormat tier) {
+  MOET_CHECK(tier == ExpertFormat::w2 || tier == ExpertFormat::fp4, "an expert tier holds W2 or FP4 experts");
+  MOET_CHECK(set.layout.format != ExpertFormat::dense, "an expert tier sits over block-format experts, not dense ones");
+  set.tier_format = tier;
+  if (set.has_tier() && set.tier_table.empty())
+    set.tier_table = device_tensor(DType::u8, {int64_t(set.experts.size() * sizeof(ExpertPointers))});
+  write_tables(set);
 }
 
 // Slots of the device layout side by side, then the scratch that raw rows land in before their
@@ -173,20 +203,10 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
   for (size_t first = 0; first < ids.size(); first += batch) {
     const size_t n = std::min(batch, ids.size() - first);
     std::vector<void*> dsts(n);
-    std::vector<const void*> srcs(n);
-    std::vector<size_t> sizes(n, size_t(r.bytes));
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i)
       dsts[i] = w2 ? scratch + i * row_stride
                    : static_cast<uint8_t*>(slots.weights[size_t(ids[first + i])].gate_up.data) - r.codes13;
-      srcs[i] = rows[first + i];
-    }
-    cudaMemcpyAttributes attrs{};
-    attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attrs.srcLocHint.type = cudaMemLocationTypeHost;
-    attrs.dstLocHint.type = cudaMemLocationTypeDevice;
-    size_t attr_index = 0;
-    cuda_check(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attrs, &attr_index, 1, copy_stream_),
-               "batched host-to-device copy of expert rows");
+    copy_rows(dsts, rows.subspan(first, n), r.bytes);
     cuda_check(cudaEventRecord(copy_done_, copy_stream_), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream_, copy_done_), "cudaStreamWaitEvent");
     if (!w2) continue;
@@ -205,6 +225,56 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
   }
   // The rows have been read once the copies are done: the caller may reuse their memory.
   cuda_check(cudaStreamSynchronize(copy_stream_), "waiting for the expert copies");
+}
+
+void CudaBackend::copy_rows(std::span<void* const> dsts, std::span<const uint8_t* const> rows, uint64_t bytes) {
+  std::vector<const void*> srcs(rows.begin(), rows.end());
+  std::vector<size_t> sizes(rows.size(), size_t(bytes));
+  cudaMemcpyAttributes attrs{};
+  attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attrs.srcLocHint.type = cudaMemLocationTypeHost;
+  attrs.dstLocHint.type = cudaMemLocationTypeDevice;
+  size_t attr_index = 0;
+  cuda_check(cudaMemcpyBatchAsync(const_cast<void**>(dsts.data()), srcs.data(), sizes.data(), rows.size(), &attrs,
+                                  &attr_index, 1, copy_stream_),
+             "batched host-to-device copy of expert rows");
+}
+
+// FP4 rows need no conversion: they go straight into their slots on the copy stream, after the
+// steps already enqueued (which may still read the slots' old experts); nothing waits for them.
+ExpertLoadFence CudaBackend::expert_slots_load_async(ExpertSlots& slots, std::span<const int64_t> ids,
+                                                     std::span<const uint8_t* const> rows) {
+  if (slots.layout.format != ExpertFormat::fp4 || ids.empty()) {
+    expert_slots_load(slots, ids, rows);
+    return {};
+  }
+  MOET_CHECK(ids.size() == rows.size(), "expert_slots_load_async: {} slots for {} rows", ids.size(), rows.size());
+  std::vector<void*> dsts;
+  for (int64_t id : ids) {
+    MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+    dsts.push_back(static_cast<uint8_t*>(slots.weights[size_t(id)].gate_up.data) - slots.row.codes13);
+  }
+  cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
+  cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+  copy_rows(dsts, rows, slots.row.bytes);
+  cudaEvent_t done = nullptr;
+  cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  std::shared_ptr<void> event(done, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  cuda_check(cudaEventRecord(done, copy_stream_), "cudaEventRecord");
+  return {event};
+}
+
+bool CudaBackend::expert_slots_ready(const ExpertLoadFence& fence) {
+  if (!fence.event) return true;
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(fence.event.get()));
+  if (state == cudaErrorNotReady) return false;
+  cuda_check(state, "polling an expert copy");
+  return true;
+}
+
+void CudaBackend::expert_slots_wait(const ExpertLoadFence& fence) {
+  if (fence.event)
+    cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(fence.event.get())), "waiting for an expert copy");
 }
 
 std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {

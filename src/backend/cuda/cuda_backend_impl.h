@@ -63,6 +63,11 @@ class CudaBackend final : public Backend, public BenchOps {
                          std::span<const ExpertWeights> weights) override;
   ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) override;
   void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
+  ExpertLoadFence expert_slots_load_async(ExpertSlots& slots, std::span<const int64_t> ids,
+                                          std::span<const uint8_t* const> rows) override;
+  bool expert_slots_ready(const ExpertLoadFence& fence) override;
+  void expert_slots_wait(const ExpertLoadFence& fence) override;
+  void expert_set_add_tier(ExpertSet& set, ExpertFormat tier) override;
   std::shared_ptr<uint8_t> alloc_pinned(size_t bytes) override;
   void fill_zero(Tensor& t) override;
   uint64_t memory_available() const override {
@@ -97,6 +102,7 @@ class CudaBackend final : public Backend, public BenchOps {
   void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w, Tensor& y,
                    int64_t y_stride) override;
   void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) override;
+  void logit_confidence(const Tensor& logits, Tensor& out) override;
 
   // cuda_backend_steps.cpp
   void begin_step(const StepInputs& step) override;
@@ -121,9 +127,13 @@ class CudaBackend final : public Backend, public BenchOps {
                                                   int64_t cols);
   // Bytes of one expert of `layout` in the device layout (W2 tiled; FP4 as the row's planes).
   static size_t device_expert_bytes(const ExpertLayout& layout);
-  // The table entry of `e`: its pointers when present, else the layout's stand-in (a zeroed
-  // expert, made on first use) with present = 0.
-  cuda::ExpertPointers table_entry(const ExpertSet& set, const ExpertWeights& e);
+  // The entry of `e` in the set's table of experts of `format`: its pointers when present in
+  // that format, else a stand-in of that format (a zeroed expert, made on first use), marked absent
+  // or (present in the other format) served elsewhere.
+  cuda::ExpertPointers table_entry(const ExpertSet& set, const ExpertWeights& e, ExpertFormat format);
+  void write_tables(const ExpertSet& set);
+  // One batched host-to-device copy of `rows` (each `bytes`) to dsts on the copy stream.
+  void copy_rows(std::span<void* const> dsts, std::span<const uint8_t* const> rows, uint64_t bytes);
   // Fails when a W2 conversion since the last check met a scale byte >= 253.
   void check_bad_scales();
   static std::vector<float> widen(const HostTensor& info);
@@ -137,6 +147,10 @@ class CudaBackend final : public Backend, public BenchOps {
   static std::pair<cuda::HeadSet, cuda::HeadSet> prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads,
                                                                Tensor& k, int64_t k_heads, int64_t head_dim,
                                                                const Tensor& q_norm, const Tensor& k_norm);
+  // One run of the MoE op over `table`, whose present entries are of `format`.
+  void moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat format, const Tensor& table,
+                const Tensor& expert_ids, const Tensor& weights, Tensor& out, bool accumulate,
+                const ExpertTracking& tracking);
   static bool is_bf16(const Tensor& t);
   // The GEMV weight type of a matmul weight (BF16, F32 or FP8-block with its scales).
   static cuda::GemvWeights gemv_weights(const Tensor& w);

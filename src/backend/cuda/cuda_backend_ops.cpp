@@ -13,6 +13,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/head_norm_rope.h"
+#include "kernels/cuda/logit_confidence.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_w2.h"
 #include "kernels/cuda/w2_tiles.h"
@@ -254,12 +255,22 @@ void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& ex
   check_launch("router");
 }
 
+// A layer with an FP4 tier runs twice: the layer's table (the tier's experts served elsewhere,
+// so they cost nothing there), then the tier's table (FP4 kernels) continuing the sums of the
+// first pass (accumulate), recording nothing more.
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out, bool accumulate) {
+  moe_pass(x, set, set.layout.format, set.table, expert_ids, weights, out, accumulate, set.tracking);
+  if (set.has_tier()) moe_pass(x, set, set.tier_format, set.tier_table, expert_ids, weights, out, true, {});
+}
+
+void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat format, const Tensor& table,
+                           const Tensor& expert_ids, const Tensor& weights, Tensor& out, bool accumulate,
+                           const ExpertTracking& tracking) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   const ExpertLayout& layout = set.layout;
   const int64_t experts = int64_t(set.experts.size()), inner = layout.inner;
-  const bool w2 = layout.format == ExpertFormat::w2;
+  const bool w2 = format == ExpertFormat::w2;
   MOET_CHECK(hidden == layout.hidden, "moe_experts: x has {} columns, the experts {}", hidden, layout.hidden);
   const int64_t items = rows * top_k;
   Tensor order = alloc({items}, DType::i32), active = alloc({experts}, DType::i32);
@@ -276,13 +287,13 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
   Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
   Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
-                     static_cast<const ExpertPointers*>(set.table.data),
-                     layout.format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
-                     w2 ? kMoeW2 : layout.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     static_cast<const ExpertPointers*>(table.data),
+                     format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
+                     w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
-                     out.as<float>(), accumulate, set.tracking.absent_bits, set.tracking.used_bits,
-                     set.tracking.miss_count, set.tracking.routed_items, static_cast<uint16_t*>(x_split.data),
+                     out.as<float>(), accumulate, tracking.absent_bits, tracking.used_bits,
+                     tracking.miss_count, tracking.routed_items, static_cast<uint16_t*>(x_split.data),
                      static_cast<uint16_t*>(act_split.data),
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
@@ -352,6 +363,15 @@ bool CudaBackend::is_bf16(const Tensor& t) {
   MOET_CHECK(t.dtype == DType::bf16 || t.dtype == DType::f32, "CUDA ops take BF16 or F32 weights, not {}",
              dtype_name(t.dtype));
   return t.dtype == DType::bf16;
+}
+
+void CudaBackend::logit_confidence(const Tensor& logits, Tensor& out) {
+  check_logit_confidence(logits, out);
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  MOET_CHECK(rows <= kLogitConfidenceMaxRows, "logit_confidence: at most {} rows (got {})", kLogitConfidenceMaxRows,
+             rows);
+  logit_confidence_launch(logits.as<float>(), rows, vocab, out.as<float>(), stream_);
+  check_launch("logit_confidence");
 }
 
 static_assert(kMaxTopLogits <= kTopLogitsMaxK, "the CUDA top_logits covers every k the backend accepts");

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 }
 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
-// named twice in a row counts once, its first slot; an invalid or absent one not at all), or
+// named twice in a row counts once, its first slot; an invalid, absent or elsewhere served one not at all), or
 // out[row] += it (accumulate). Blocks of column 0 record the row's experts in the tracking bits. Warp 0 ranks the row's slots (a counted
 // slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
 // its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
@@ -103,15 +103,16 @@ __global__ void moe_combine_kernel(MoeArgs a) {
       const int e = ids[s];
       bool first = e >= 0 && e < a.experts;
       for (int t = 0; t < s && first; ++t) first = ids[t] != e;
-      const bool present = first && a.table[e].present != 0;
+      const int32_t presence = first ? a.table[e].present : kAbsent;
+      const bool present = first && presence == kPresent;
       if (first && blockIdx.x == 0 && a.used_bits) {
         const uint32_t bit = 1u << (e % 32);
-        if (present) {
+        if (presence != kAbsent) {
           atomicOr(a.used_bits + e / 32, bit);
         } else if (!(atomicOr(a.absent_bits + e / 32, bit) & bit)) {
           atomicAdd(a.miss_count, 1);
         }
-        atomicAdd(a.routed_items + (present ? 0 : 1), 1);
+        atomicAdd(a.routed_items + (presence == kPresent ? 0 : presence == kAbsent ? 1 : 2), 1);
       }
       counts[s] = present;
     }

@@ -15,12 +15,15 @@
 // entry whose `present` is 0) points at a stand-in expert of the same layout: its items are
 // grouped and computed like any other's, so the work of the present experts, and their bits, do
 // not depend on what is absent, and the combine leaves them out, setting the expert's bit in
-// absent_bits (and counting it) where a present one sets used_bits, and counting the routings. Weights are BF16, F32, W2 or MXFP4
-// (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
-// scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
-// registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by
-// the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
-// tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
+// absent_bits (and counting it) where a present one sets used_bits, and counting the routings.
+// An entry served by the other table of a layer with an FP4 tier (`present` kServedElsewhere: the
+// backend runs the op once per table, the second accumulating) is dropped from the grouping, so it
+// costs nothing here; the first table's pass records it as used (routed_items[2]). Weights are
+// BF16, F32, W2 or MXFP4 (all experts of one table alike; docs/formats.md: U8 code planes [rows,
+// cols * bits / 8], UE8M0 scale planes [rows, cols / 32]); activations FP32, accumulation FP32.
+// MXFP4 is decoded in registers (byte-permute lookup tables) and summed per block of 32 before the
+// one multiply by the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h);
+// the W2 tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,12 +35,16 @@ namespace moet::cuda {
 // Weight formats of MoeArgs::format (the values of moet::ExpertFormat).
 enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2 };
 
+// ExpertPointers::present: kAbsent (the pointers are a stand-in's), kPresent, or kServedElsewhere
+// (by the layer's other table; the pointers are a stand-in's).
+enum ExpertPresence : int32_t { kAbsent = 0, kPresent = 1, kServedElsewhere = 2 };
+
 struct ExpertPointers {
   const void* gate_up;            // [2 * inner, hidden] (dense) or codes [2 * inner, hidden * bits / 8]
   const void* down;               // [hidden, inner] (dense) or codes [hidden, inner * bits / 8]
   const uint8_t* gate_up_scales;  // block formats: UE8M0 [2 * inner, hidden / 32]; else null
   const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
-  int32_t present;                // 0: absent (the pointers are a stand-in's)
+  int32_t present;                // ExpertPresence
   int32_t reserved;
 };
 
@@ -71,7 +78,7 @@ struct MoeArgs {
   uint32_t* absent_bits;
   uint32_t* used_bits;
   int32_t* miss_count;
-  int32_t* routed_items;        // [2]: routings whose expert was present / absent
+  int32_t* routed_items;        // [3]: routings whose expert was present / absent / served elsewhere
   // W2 only (moe_w2.h): table entries point at tiled planes (w2_tiles.h); x and act split into
   // three BF16 terms, [rows, 3, hidden_padded] and [rows*top_k, 3, inner_padded] (padded to 128);
   // sizes of the rest from moe_w2_scratch(): passes [passes] (their count in active_count[1], so

@@ -1,7 +1,8 @@
 // The grouping step of the routed experts (moe.h, step 1), shared by the dense, MXFP4 and W2
 // paths: items (row * top_k + slot) grouped by expert, experts in index order and items in item
 // order inside each (a stable sort), run by one block. Items naming no valid expert are dropped
-// (they contribute nothing); absent experts are grouped like present ones (moe.h). Up to blockDim.x items (every decode batch) are ranked one item per
+// (they contribute nothing), and so are items whose expert another table serves (moe.h); absent
+// experts are grouped like present ones (moe.h). Up to blockDim.x items (every decode batch) are ranked one item per
 // thread with no serial step; more items take a counting sort with one serial pass over the
 // experts.
 #pragma once
@@ -9,6 +10,11 @@
 #include "kernels/cuda/moe.h"
 
 namespace moet::cuda {
+
+// Whether items naming expert e run in this table's pass.
+__device__ __forceinline__ bool moe_item_runs(const MoeArgs& a, int e) {
+  return e >= 0 && e < a.experts && a.table[e].present != kServedElsewhere;
+}
 
 // items <= blockDim.x: item i's position is the number of valid items before it in (expert,
 // item) order; the first item of each expert opens its slot, the slot index being the number of
@@ -18,7 +24,7 @@ __device__ __forceinline__ void moe_group_ranked(const MoeArgs& a, int32_t* shar
   int32_t* ids = shared;                 // valid expert or -1, per item
   int32_t* opens = shared + blockDim.x;  // 1 where the item is its expert's first
   const int e = i < items ? a.expert_ids[i] : -1;
-  const bool valid = e >= 0 && e < a.experts;
+  const bool valid = moe_item_runs(a, e);
   ids[i] = valid ? e : -1;
   __syncthreads();
   int rank = 0, start = 0;
@@ -50,7 +56,8 @@ __device__ __forceinline__ void moe_group_counted(const MoeArgs& a, int32_t* cou
   const int items = int(a.rows * a.top_k), experts = int(a.experts);
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     int c = 0;
-    for (int i = 0; i < items; ++i) c += a.expert_ids[i] == e;
+    if (moe_item_runs(a, e))
+      for (int i = 0; i < items; ++i) c += a.expert_ids[i] == e;
     count[e] = c;
   }
   __syncthreads();
@@ -71,6 +78,7 @@ __device__ __forceinline__ void moe_group_counted(const MoeArgs& a, int32_t* cou
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    if (!moe_item_runs(a, e)) continue;
     int pos = count[e];
     for (int i = 0; i < items; ++i)
       if (a.expert_ids[i] == e) a.order[pos++] = i;

@@ -127,12 +127,13 @@ TEST(CpuBackend, ProfileNamesTheFusedOps) {
   EXPECT_EQ(calls, (std::map<std::string, int64_t>{{"add_rmsnorm[dim=32]", 1}, {"qk_norm_rope[dim=16]", 1}}));
 }
 
-// A layer of `count` experts of hidden x inner in `format` (dense F32 or W2 planes of random
-// codes and scales near 2^-4); `absent` experts have no tensors.
+// A layer of `count` experts of hidden x inner in `format` (dense F32, or W2 or MXFP4 planes of
+// random codes and scales near 2^-4); `absent` experts have no tensors.
 ExpertSet expert_layer(Backend& backend, ExpertFormat format, int64_t count, int64_t hidden, int64_t inner,
                        const std::vector<int64_t>& absent) {
   std::vector<ExpertWeights> experts;
   std::mt19937_64 rng(77);
+  const int64_t codes_per_byte = format == ExpertFormat::fp4 ? 2 : 4;
   const auto plane = [&](DType dtype, std::vector<int64_t> shape, bool scales) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -152,9 +153,9 @@ ExpertSet expert_layer(Backend& backend, ExpertFormat format, int64_t count, int
       w.gate_up = plane(DType::f32, {2 * inner, hidden}, false);
       w.down = plane(DType::f32, {hidden, inner}, false);
     } else {
-      w.gate_up = plane(DType::u8, {2 * inner, hidden / 4}, false);
+      w.gate_up = plane(DType::u8, {2 * inner, hidden / codes_per_byte}, false);
       w.gate_up_scales = plane(DType::u8, {2 * inner, hidden / 32}, true);
-      w.down = plane(DType::u8, {hidden, inner / 4}, false);
+      w.down = plane(DType::u8, {hidden, inner / codes_per_byte}, false);
       w.down_scales = plane(DType::u8, {hidden, inner / 32}, true);
     }
     if (std::count(absent.begin(), absent.end(), e)) w = ExpertWeights{};
@@ -193,6 +194,71 @@ TEST(CpuBackend, AbsentExpertsContributeNothing) {
     EXPECT_TRUE(same_bits(with_absent, unrouted)) << int(format);
     EXPECT_FALSE(same_bits(with_absent, resident)) << int(format);
   }
+}
+
+// A W2 layer holding some experts at FP4 (the recovery tier) computes each expert in its own
+// format: bit for bit, each row is the sum of weight * that expert's output as a layer of that
+// expert alone gives it (its W2 or its FP4 weights), its W2 experts in ascending order first, then
+// its FP4 ones; routings of tier experts are counted apart; experts of a third format are refused.
+TEST(CpuBackend, TierExpertsRunInTheirOwnFormat) {
+  auto backend = cpu_backend_create({2, test_cpu_isa()});
+  const int64_t rows = 5, hidden = 64, inner = 32, count = 6, top_k = 3;
+  const std::vector<int64_t> fp4 = {0, 3, 4};
+  std::vector<int32_t> ids(static_cast<size_t>(rows * top_k));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t s = 0; s < top_k; ++s) ids[size_t(r * top_k + s)] = int32_t((r * 2 + s * 5) % count);
+  const Tensor x = tensor(*backend, random_floats(size_t(rows * hidden), 31), {rows, hidden});
+  const Tensor weights = tensor(*backend, random_floats(size_t(rows * top_k), 32), {rows, top_k});
+  Tensor id_tensor = backend->alloc({rows, top_k}, DType::i32);
+  backend->from_host(ids.data(), id_tensor);
+  const ExpertSet w2 = expert_layer(*backend, ExpertFormat::w2, count, hidden, inner, {});
+  const ExpertSet mx = expert_layer(*backend, ExpertFormat::fp4, count, hidden, inner, {});
+  const std::vector<ExpertWeights> tier_entries = {mx.experts[0], mx.experts[3], mx.experts[4]};
+  ExpertSet mixed = w2;
+  EXPECT_THROW(backend->expert_set_update(mixed, fp4, tier_entries), Error) << "FP4 entries need the tier";
+  backend->expert_set_add_tier(mixed, ExpertFormat::fp4);
+  backend->expert_set_update(mixed, fp4, tier_entries);
+  std::vector<int32_t> counters(4 + 2, 0);  // miss_count, routed_items[3], absent bits, used bits
+  Tensor tracking = tensor(*backend, std::vector<float>(counters.size(), 0.0f), {int64_t(counters.size())});
+  int32_t* track = tracking.as<int32_t>();
+  mixed.tracking = {reinterpret_cast<uint32_t*>(track + 4), reinterpret_cast<uint32_t*>(track + 5), track, track + 1};
+  Tensor out = backend->alloc({rows, hidden});
+  backend->moe_experts(x, mixed, id_tensor, weights, out);
+  // Each expert alone, weight 1: its output for every row (0 + 1 * y = y exactly).
+  const Tensor ones = tensor(*backend, std::vector<float>(size_t(rows * top_k), 1.0f), {rows, top_k});
+  std::vector<std::vector<float>> alone(static_cast<size_t>(count));
+  for (int64_t e = 0; e < count; ++e) {
+    const bool at_fp4 = std::count(fp4.begin(), fp4.end(), e) > 0;
+    std::vector<ExpertWeights> only(static_cast<size_t>(count));
+    only[size_t(e)] = (at_fp4 ? mx : w2).experts[size_t(e)];
+    const ExpertSet single = backend->expert_set({at_fp4 ? ExpertFormat::fp4 : ExpertFormat::w2, hidden, inner}, only);
+    Tensor y = backend->alloc({rows, hidden});
+    backend->moe_experts(x, single, id_tensor, ones, y);
+    alone[size_t(e)].assign(y.as<float>(), y.as<float>() + rows * hidden);
+  }
+  std::vector<int64_t> order;  // W2 experts, then FP4 ones
+  for (const bool tier : {false, true})
+    for (int64_t e = 0; e < count; ++e)
+      if ((std::count(fp4.begin(), fp4.end(), e) > 0) == tier) order.push_back(e);
+  std::vector<float> want(size_t(rows * hidden), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (const int64_t e : order)
+      for (int64_t s = 0; s < top_k; ++s) {
+        if (ids[size_t(r * top_k + s)] != e) continue;
+        const float w = weights.as<float>()[r * top_k + s];
+        for (int64_t d = 0; d < hidden; ++d)
+          want[size_t(r * hidden + d)] += w * alone[size_t(e)][size_t(r * hidden + d)];
+      }
+  EXPECT_EQ(0, std::memcmp(want.data(), out.data, want.size() * sizeof(float)));
+  int64_t tier_routings = 0;
+  for (int32_t id : ids) tier_routings += std::count(fp4.begin(), fp4.end(), id);
+  EXPECT_EQ(track[0], 0);  // no miss
+  EXPECT_EQ(track[1], rows * top_k - tier_routings);
+  EXPECT_EQ(track[3], tier_routings);
+  const ExpertSet dense = expert_layer(*backend, ExpertFormat::dense, count, hidden, inner, {});
+  EXPECT_THROW(backend->expert_set_update(mixed, std::vector<int64_t>{1}, std::vector<ExpertWeights>{dense.experts[1]}),
+               Error)
+      << "only the tier's format";
 }
 
 // expert_set() refuses a present expert whose shapes are not the layout's.

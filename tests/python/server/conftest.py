@@ -29,7 +29,7 @@ def free_port():
 class Server:
     """A `moet serve` child process; .url is its base URL, .get/.post speak raw HTTP."""
 
-    def __init__(self, moet_bin, model_dir, log_path, *extra, max_model_len=256, port=None):
+    def __init__(self, moet_bin, model_dir, log_path, *extra, max_model_len=256, port=None, experts="native"):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -37,7 +37,7 @@ class Server:
         args = [moet_bin, "serve", str(model_dir), "--port", str(self.port), "--served-model-name", MODEL_NAME,
                 "--max-model-len", str(max_model_len), "--block-size", "8", "--max-num-batched-tokens", "64",
                 "--max-num-seqs", "32", "--threads", "2",
-                "--experts", "native",  # the expert formats have their own tests; these are about serving
+                "--experts", experts,  # native unless a test is about the expert formats
                 *map(str, extra)]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
