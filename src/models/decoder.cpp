@@ -113,7 +113,7 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
   if (batch.top_k > 0) {
     const size_t n = size_t(layout.logit_elements / 2);
     out.top = {batch.top_k, std::vector<float>(host.begin(), host.begin() + ptrdiff_t(n)), std::vector<int32_t>(n)};
-    std::memcpy(out.top.ids.data(), host.data() + n, n * sizeof(int32_t));
+    if (n > 0) std::memcpy(out.top.ids.data(), host.data() + n, n * sizeof(int32_t));
   } else {
     host.resize(size_t(layout.logit_elements));
     out.logits = std::move(host);
