@@ -44,7 +44,7 @@ void read_deepseek_moe(const nlohmann::json& c, ModelConfig& m);
 // deepseek_v3 and glm_moe_dsa.
 void read_mla(const nlohmann::json& c, ModelConfig& m);
 // A per-layer list of strings (mlp_layer_types, indexer_types, layer_types): each entry must be
-// one of `allowed`, and there must be one per layer.
+// one of `allowed`, and there must be one per layer (the first num_hidden_layers of a longer list).
 std::vector<std::string> read_layer_types(const nlohmann::json& c, const char* key, int64_t layers,
                                           const std::vector<std::string>& allowed);
 

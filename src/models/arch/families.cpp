@@ -22,10 +22,11 @@ const std::vector<const ArchSpec*>& all_archs() {
 
 std::vector<std::string> read_layer_types(const json& c, const char* key, int64_t layers,
                                           const std::vector<std::string>& allowed) {
-  MOET_CHECK(c[key].is_array() && int64_t(c[key].size()) == layers, "config.json: '{}' must list one entry per layer ({})",
+  MOET_CHECK(c[key].is_array() && int64_t(c[key].size()) >= layers, "config.json: '{}' must list one entry per layer ({})",
              key, layers);
   std::vector<std::string> types;
   for (const auto& entry : c[key]) {
+    if (int64_t(types.size()) == layers) break;  // longer lists: the first layers' (transformers truncates)
     MOET_CHECK(entry.is_string() && std::count(allowed.begin(), allowed.end(), entry.get<std::string>()),
                "config.json: '{}' entry {} is not one of {}", key, entry.dump(), fmt::join(allowed, ", "));
     types.push_back(entry.get<std::string>());
