@@ -110,8 +110,8 @@ ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOpt
 void family_device_gate(const nlohmann::json& config, const DeviceOptions& device) {
   if (device.device != "cuda") return;
   // The one gate of GLM-5 and DeepSeek-V4 on CUDA: their ops (sparse attention, the lightning
-  // indexer, KV compression, hyper-connections, ...) have no CUDA kernels yet (docs/models.md,
-  // "GLM-5 and DeepSeek-V4"); remove it once those kernels and their tests have passed on a GPU.
+  // indexer, KV compression, hyper-connections, ...) have no CUDA kernels yet (docs/families.md);
+  // remove it once those kernels and their tests have passed on a GPU.
   const std::string family = arch_for_config(config).family;
   MOET_CHECK(family != "glm_moe_dsa" && family != "deepseek_v4",
              "{} on --device cuda is not yet verified on a GPU (its CUDA kernels are not written yet); use --device "
