@@ -267,8 +267,6 @@ void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& ex
 // first pass (accumulate), recording nothing more.
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out, bool accumulate) {
-  MOET_CHECK(set.layout.swiglu_limit == 0.0f,
-             "moe_experts: the SwiGLU clamp (swiglu_limit, DeepSeek-V4) is not in the CUDA MoE kernels yet");
   moe_pass(x, set, set.layout.format, set.table, expert_ids, weights, out, accumulate, set.tracking);
   if (set.has_tier()) moe_pass(x, set, set.tier_format, set.tier_table, expert_ids, weights, out, true, {});
 }
@@ -295,7 +293,7 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
   Tensor passes = w2 ? alloc({w2_scratch.passes * int64_t(sizeof(W2Pass) / sizeof(int32_t))}, DType::i32) : Tensor{};
   Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
   Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
-  const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
+  MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(table.data),
                      format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
                      w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
@@ -307,6 +305,7 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
                      w2_scratch.tile_counters, w2_scratch.pass_items};
+  args.swiglu_limit = set.layout.swiglu_limit;
   moe_launch(args, stream_);
   check_launch("moe_experts");
 }
