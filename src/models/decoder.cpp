@@ -42,7 +42,8 @@ void DecoderModel::load_common(WeightLoader& loader) {
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string prefix = config_.layer_name(l);
     layers_[size_t(l)].input_norm = loader.weight_f32(prefix + config_.input_norm + ".weight", {hidden});
-    layers_[size_t(l)].post_attention_norm = loader.weight_f32(prefix + config_.post_attention_norm + ".weight", {hidden});
+    layers_[size_t(l)].post_attention_norm =
+        loader.weight_f32(prefix + config_.post_attention_norm + ".weight", {hidden});
     if (config_.hc_mult > 0) layers_[size_t(l)].hyper = hyper_layer_load(config_, loader, l);
   }
   if (config_.hc_mult > 0) hyper_head_ = hyper_head_load(config_, loader);

@@ -41,7 +41,8 @@ Tensor hash_table_load(WeightLoader& loader, const std::string& name, int64_t vo
   const std::vector<int64_t> shape = {vocab, top_k};
   std::vector<int32_t> ids(size_t(vocab * top_k));
   if (loader.checkpoint() == nullptr) {  // invented weights: a fixed spread over the experts
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i / size_t(top_k) * 7 + i % size_t(top_k)) % size_t(experts));
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = int32_t((i / size_t(top_k) * 7 + i % size_t(top_k)) % size_t(experts));
   } else {
     const HostTensor* found = loader.checkpoint()->find(name);
     MOET_CHECK(found != nullptr && found->shape == shape, "{}: tensor '{}' must be [{}, {}] (hash routing)",

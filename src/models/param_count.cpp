@@ -72,7 +72,9 @@ int64_t compressed(const ModelConfig& c, int64_t l) {
 
 }  // namespace
 
-int64_t ParamCounts::active() const { return total - routed + moe_layers * experts_per_token * routed_per_layer_expert; }
+int64_t ParamCounts::active() const {
+  return total - routed + moe_layers * experts_per_token * routed_per_layer_expert;
+}
 
 ParamCounts param_counts(const ModelConfig& c) {
   ParamCounts p;

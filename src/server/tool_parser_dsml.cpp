@@ -58,7 +58,8 @@ bool parse_invoke(std::string_view body, ToolCall& call) {
 
 class DsmlToolParser : public ToolParser {
  public:
-  explicit DsmlToolParser(std::string block) : open_("<" MOET_DSML + block + ">"), close_("</" MOET_DSML + block + ">") {}
+  explicit DsmlToolParser(const std::string& block)
+      : open_("<" MOET_DSML + block + ">"), close_("</" MOET_DSML + block + ">") {}
 
   std::string_view start() const override { return open_; }
 

@@ -47,7 +47,8 @@ void kv_compress(const KvCompressParams& p, const PagedKv& state, const Attentio
         for (int64_t s = 0; s < slots; ++s) max = std::max(max, gate[size_t(s * dim + c)]);
         float sum = 0.0f, acc = 0.0f;
         for (int64_t s = 0; s < slots; ++s) sum += std::exp(gate[size_t(s * dim + c)] - max);
-        for (int64_t s = 0; s < slots; ++s) acc += kv[size_t(s * dim + c)] * (std::exp(gate[size_t(s * dim + c)] - max) / sum);
+        for (int64_t s = 0; s < slots; ++s)
+          acc += kv[size_t(s * dim + c)] * (std::exp(gate[size_t(s * dim + c)] - max) / sum);
         entry[size_t(c)] = acc;
       }
       double sq = 0.0;

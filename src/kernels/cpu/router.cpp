@@ -80,8 +80,10 @@ void router_hash(const RouterParams& p, const float* logits, int64_t rows, const
       weights[t * p.top_k + i] = e >= 0 && e < p.experts ? sqrt_softplus(row[e]) : 0.0f;
       total += weights[t * p.top_k + i];
     }
-    for (int64_t i = 0; i < p.top_k; ++i)
-      weights[t * p.top_k + i] = (p.normalize ? weights[t * p.top_k + i] / (total + 1e-20f) : weights[t * p.top_k + i]) * p.scaling;
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      float& w = weights[t * p.top_k + i];
+      w = (p.normalize ? w / (total + 1e-20f) : w) * p.scaling;
+    }
   }
 }
 

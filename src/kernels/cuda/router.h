@@ -1,5 +1,6 @@
 // MoE routing on the GPU with the semantics of kernels/cpu/router.h (softmax top-k; sigmoid or
-// DeepSeek-V4's sqrtsoftplus + correction bias + grouped top-k), ties to the lower expert index, experts in descending order
+// DeepSeek-V4's sqrtsoftplus + correction bias + grouped top-k), ties to the lower expert index,
+// experts in descending order
 // of choice score. One block per row (a thread per expert), experts <= 1024, top_k <= 64. The
 // chosen-weight total is summed in choice order as the CPU does; the softmax denominator is a
 // fixed-tree warp sum (deterministic; within rounding of the CPU's serial sum).

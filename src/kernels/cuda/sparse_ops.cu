@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kGatherThreads) attention_gather_kernel(Gather
   const auto key = [&](const PagedKvArgs& c, int64_t j) {
     const int64_t slot = slot_of(c, table, j);
     float dot = 0.0f;
-    for (int64_t d = threadIdx.x; d < k_dim; d += kGatherThreads) dot += q[d] * slot_value(c, c.k, slot, kv_head * k_dim + d);
+    for (int64_t d = threadIdx.x; d < k_dim; d += kGatherThreads)
+      dot += q[d] * slot_value(c, c.k, slot, kv_head * k_dim + d);
     const float s = block_reduce(dot, SumOp(), 0.0f, scratch) * a.scale;
     const float m_new = fmaxf(m, s), correction = expf(m - m_new), p = expf(s - m_new);
     l = l * correction + p;
@@ -63,7 +64,8 @@ __global__ void __launch_bounds__(kGatherThreads) attention_gather_kernel(Gather
       continue;
     }
     const int64_t lo = src.window > 0 ? max(int64_t(0), pos - src.window + 1) : 0;
-    for (int64_t j = lo + (src.stride - (lo + 1) % src.stride) % src.stride; j <= pos; j += src.stride) key(src.cache, j);
+    const int64_t first_key = lo + (src.stride - (lo + 1) % src.stride) % src.stride;
+    for (int64_t j = first_key; j <= pos; j += src.stride) key(src.cache, j);
   }
   float* out = a.out + (t * a.q_heads + h) * v_dim;
   for (int i = 0; i < kMaxVPerThread; ++i) {

@@ -97,8 +97,9 @@ void read_deepseek_v4(const json& c, ModelConfig& m) {
   m.head_dim = opt_int(c, "head_dim", 512);
   m.q_lora_rank = opt_int(c, "q_lora_rank", 1024);
   const double partial = present(c, "partial_rotary_factor") ? opt_num(c, "partial_rotary_factor", 0.125)
-                         : present(c, "qk_rope_head_dim")    ? double(req_int(c, "qk_rope_head_dim")) / double(m.head_dim)
-                                                             : 64.0 / 512.0;
+                         : present(c, "qk_rope_head_dim")
+                             ? double(req_int(c, "qk_rope_head_dim")) / double(m.head_dim)
+                             : 64.0 / 512.0;
   m.qk_rope_head_dim = int64_t(double(m.head_dim) * partial);
   m.moe_intermediate_size = req_int(c, "moe_intermediate_size");
   m.n_routed_experts = req_int(c, "n_routed_experts");

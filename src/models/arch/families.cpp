@@ -22,8 +22,8 @@ const std::vector<const ArchSpec*>& all_archs() {
 
 std::vector<std::string> read_layer_types(const json& c, const char* key, int64_t layers,
                                           const std::vector<std::string>& allowed) {
-  MOET_CHECK(c[key].is_array() && int64_t(c[key].size()) >= layers, "config.json: '{}' must list one entry per layer ({})",
-             key, layers);
+  MOET_CHECK(c[key].is_array() && int64_t(c[key].size()) >= layers,
+             "config.json: '{}' must list one entry per layer ({})", key, layers);
   std::vector<std::string> types;
   for (const auto& entry : c[key]) {
     if (int64_t(types.size()) == layers) break;  // longer lists: the first layers' (transformers truncates)

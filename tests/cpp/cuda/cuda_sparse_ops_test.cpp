@@ -38,8 +38,10 @@ struct Step {
 std::pair<KvLayerCache, KvLayerCache> latent_cache(BackendPair& p, const Step& step, int64_t dim, KvDtype dtype,
                                                    uint64_t seed) {
   const KvLayout layout{dtype, 1, dim, dim, true};
-  std::pair<KvLayerCache, KvLayerCache> c{p.cpu->alloc_kv(step.blocks(), 4, layout), p.gpu->alloc_kv(step.blocks(), 4, layout)};
-  auto rows = p.activation(random_floats(size_t(int64_t(step.tokens.size()) * dim), seed), {int64_t(step.tokens.size()), dim});
+  std::pair<KvLayerCache, KvLayerCache> c{p.cpu->alloc_kv(step.blocks(), 4, layout),
+                                          p.gpu->alloc_kv(step.blocks(), 4, layout)};
+  const int64_t rows_n = int64_t(step.tokens.size());
+  auto rows = p.activation(random_floats(size_t(rows_n * dim), seed), {rows_n, dim});
   p.cpu->kv_write(c.first, rows.first, nullptr);
   p.gpu->kv_write(c.second, rows.second, nullptr);
   return c;
@@ -62,7 +64,8 @@ TEST(CudaSparseOps, AttentionGatherMatchesCpu) {
     auto q = p.activation(random_floats(size_t(rows * heads * dim), 3), {rows, heads, dim});
     auto sinks = p.activation(random_floats(size_t(heads), 4), {heads});
     auto out = p.alloc({rows, heads, dim});
-    const AttentionKeys cpu_keys[] = {{&a.first, nullptr, 6, 1}, {&b.first, &list.first, 0, 1}, {&b.first, nullptr, 0, 4}};
+    const AttentionKeys cpu_keys[] = {{&a.first, nullptr, 6, 1}, {&b.first, &list.first, 0, 1},
+                                      {&b.first, nullptr, 0, 4}};
     const AttentionKeys gpu_keys[] = {{&a.second, nullptr, 6, 1}, {&b.second, &list.second, 0, 1},
                                       {&b.second, nullptr, 0, 4}};
     p.cpu->attention_gather(cpu_keys, q.first, heads, dim, 0.2f, &sinks.first, out.first);
@@ -96,7 +99,7 @@ TEST(CudaSparseOps, KvCompressMatchesCpu) {
   MOET_SKIP_WITHOUT_GPU();
   BackendPair p;
   const Step step(17);
-  const int64_t rows = 17, dim = 64, ratio = 4;
+  const int64_t dim = 64, ratio = 4;
   p.begin_step(step.inputs());
   RopeTable rope;
   rope.inv_freq = {0.5f, 0.05f, 0.005f, 0.0005f};

@@ -161,7 +161,8 @@ TEST(LightningIndexer, ChoosesTheBestKeysAscending) {
         double total = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
           double dot = 0.0;
-          for (int64_t d = 0; d < dim; ++d) dot += double(q[size_t((t * heads + h) * dim + d)]) * keys.value(scene, j, d);
+          for (int64_t d = 0; d < dim; ++d)
+            dot += double(q[size_t((t * heads + h) * dim + d)]) * keys.value(scene, j, d);
           total += double(weights[size_t(t * heads + h)]) * std::max(0.5 * dot, 0.0);
         }
         scored.push_back({total, int32_t(j)});
@@ -205,7 +206,8 @@ TEST(KvCompress, WindowsMatchFloat64WithAndWithoutOverlap) {
         std::vector<std::pair<double, double>> slots;  // (kv, gate)
         const auto at = [&](int64_t pos, int64_t i, int64_t half) {
           const float* row = states.data() + pos * 2 * width;
-          slots.push_back({row[half * dim + c], double(row[width + half * dim + c]) + bias[size_t(i * width + half * dim + c)]});
+          slots.push_back(
+              {row[half * dim + c], double(row[width + half * dim + c]) + bias[size_t(i * width + half * dim + c)]});
         };
         if (overlap && w > 0)
           for (int64_t i = 0; i < ratio; ++i) at((w - 1) * ratio + i, i, 0);

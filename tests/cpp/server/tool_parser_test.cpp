@@ -120,7 +120,8 @@ TEST(DsmlToolParser, ParsesDeepSeekV4AndV32Blocks) {
 
 TEST(ToolParserCreate, NamesAndAuto) {
   EXPECT_EQ(tool_parser_create("auto", "<tool_call>{{ name }}<arg_key>")->start(), "<tool_call>");
-  EXPECT_FALSE(tool_parser_create("auto", "<tool_call>{{ name }}<arg_key>")->format().json_arguments);  // GLM, not Hermes
+  // GLM's parser, not Hermes'.
+  EXPECT_FALSE(tool_parser_create("auto", "<tool_call>{{ name }}<arg_key>")->format().json_arguments);
   EXPECT_EQ(tool_parser_create("auto", "{%- set t = '" + kDsml + "' -%}tool_calls")->start(),
             "<" + kDsml + "tool_calls>");
   EXPECT_EQ(tool_parser_create("auto", "{%- set t = '" + kDsml + "' -%}function_calls")->start(),
