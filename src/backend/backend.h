@@ -118,13 +118,46 @@ inline void check_logit_confidence(const Tensor& logits, const Tensor& out) {
              "logit_confidence: out must be F32 [{}, 2]", logits.dim(0));
 }
 
+// One set of keys of Backend::attention_gather (kernels/cpu/sparse_attention.h): a cache and
+// either the positions a tensor lists (I32 [rows, width], -1 = none) or every position j <= the
+// row's with (j + 1) % stride == 0 inside the last `window` positions (0: all of them).
+struct AttentionKeys {
+  KvLayerCache* cache = nullptr;
+  const Tensor* positions = nullptr;
+  int64_t window = 0;
+  int64_t stride = 1;
+};
+
+// A hyper-connection's weights and settings (kernels/cpu/hyper_connection.h): fn
+// [(2 + hc) * hc, hc * dim] (hc_head: [hc, hc * dim]), base, scale, all F32.
+struct HyperConnectionWeights {
+  const Tensor* fn = nullptr;
+  const Tensor* base = nullptr;
+  const Tensor* scale = nullptr;
+  int64_t hc = 0;
+  int64_t iters = 0;
+  float eps = 0.0f;
+  float norm_eps = 0.0f;
+};
+
+// How Backend::kv_compress builds a compressed KV entry per closed window (kernels/cpu/kv_compress.h).
+struct KvCompressOp {
+  int64_t ratio = 0;
+  bool overlap = false;
+  float eps = 0.0f;
+  const Tensor* position_bias = nullptr;  // [ratio, coff * dim] F32
+  const Tensor* norm = nullptr;           // [dim] F32
+  const RopeTable* rope = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
   // Copies a checkpoint tensor into backend memory, converting F16 to F32; BF16/F32 stay as is,
-  // and U8 planes (quantized expert codes and scales) are copied byte for byte.
+  // and U8 planes (quantized expert codes and scales) and I32 tables (hash routing) are copied
+  // byte for byte.
   virtual Tensor upload(const HostTensor& info) = 0;
   // Stacks two [n_i, k] weights of one dtype into one [n_a + n_b, k] tensor (BF16, F32 and U8
   // byte planes as they are, other dtypes as F32).
@@ -254,6 +287,65 @@ class Backend {
   virtual void head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,
                            Tensor& y, int64_t y_stride) = 0;
 
+  // Ops of GLM-5 (DeepSeek sparse attention) and DeepSeek-V4. The CPU backend implements them;
+  // a backend without them fails with a one-line error naming the op.
+  // out = LayerNorm(x) per row of weight.numel() values (weight and bias F32).
+  virtual void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out) {
+    (void)x, (void)weight, (void)bias, (void)eps, (void)out;
+    unsupported("layernorm");
+  }
+  // rope() rotated back: by minus each row's angles.
+  virtual void rope_inverse(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) {
+    (void)table, (void)x, (void)heads, (void)head_stride, (void)offset;
+    unsupported("rope_inverse");
+  }
+  // silu_mul() with the gate clamped to at most `limit` and the up value to [-limit, limit].
+  virtual void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) {
+    (void)gate_up, (void)limit, (void)out;
+    unsupported("silu_mul_clamped");
+  }
+  // Attention of the step's rows over the union of `sources` (kernels/cpu/sparse_attention.h);
+  // sinks: F32 [q_heads] or null.
+  virtual void attention_gather(std::span<const AttentionKeys> sources, const Tensor& q, int64_t q_heads,
+                                int64_t q_stride, float scale, const Tensor* sinks, Tensor& out) {
+    (void)sources, (void)q, (void)q_heads, (void)q_stride, (void)scale, (void)sinks, (void)out;
+    unsupported("attention_gather");
+  }
+  // The lightning indexer's choice (kernels/cpu/sparse_attention.h): q [rows, heads, dim], weights
+  // [rows, heads], positions I32 [rows, k].
+  virtual void indexer_topk(KvLayerCache& keys, const Tensor& q, int64_t heads, const Tensor& weights, float scale,
+                            int64_t stride, Tensor& positions) {
+    (void)keys, (void)q, (void)heads, (void)weights, (void)scale, (void)stride, (void)positions;
+    unsupported("indexer_topk");
+  }
+  // Compressed KV entries of the windows the step's rows close (kernels/cpu/kv_compress.h).
+  virtual void kv_compress(const KvCompressOp& op, KvLayerCache& state, KvLayerCache& out) {
+    (void)op, (void)state, (void)out;
+    unsupported("kv_compress");
+  }
+  // Hyper-connections (kernels/cpu/hyper_connection.h): streams [rows, hc, dim].
+  virtual void hc_pre(const HyperConnectionWeights& w, const Tensor& streams, Tensor& post, Tensor& comb,
+                      Tensor& collapsed) {
+    (void)w, (void)streams, (void)post, (void)comb, (void)collapsed;
+    unsupported("hc_pre");
+  }
+  virtual void hc_post(const HyperConnectionWeights& w, Tensor& streams, const Tensor& block_out, const Tensor& post,
+                       const Tensor& comb) {
+    (void)w, (void)streams, (void)block_out, (void)post, (void)comb;
+    unsupported("hc_post");
+  }
+  virtual void hc_head(const HyperConnectionWeights& w, const Tensor& streams, Tensor& out) {
+    (void)w, (void)streams, (void)out;
+    unsupported("hc_head");
+  }
+  // Hash routing (kernels/cpu/router.h router_hash): experts from table [vocab, top_k] (I32) at the
+  // step's tokens, weights from the logits' sqrtsoftplus scores.
+  virtual void router_hash(const RouterParams& params, const Tensor& logits, const Tensor& table, Tensor& expert_ids,
+                           Tensor& weights) {
+    (void)params, (void)logits, (void)table, (void)expert_ids, (void)weights;
+    unsupported("router_hash");
+  }
+
   // Runs a forward after begin_step(): body() enqueues its ops and returns the output tensor.
   // With graphs on, the CUDA backend captures the work body() enqueues the first time it sees
   // `key` with the current step layout (the returned tensor then lives in memory the graph owns)
@@ -274,6 +366,11 @@ class Backend {
   virtual GraphStats graph_stats() const { return {}; }
   // Destroys every captured graph (their memory goes back to the backend's cache).
   virtual void clear_graphs() {}
+
+ protected:
+  [[noreturn]] void unsupported(const char* op) const {
+    fail("the {} backend has no {} op yet (GLM-5 / DeepSeek-V4 run on --device cpu)", name(), op);
+  }
 };
 
 }  // namespace moet

@@ -44,6 +44,8 @@ struct ExpertLayout {
   ExpertFormat format = ExpertFormat::dense;
   int64_t hidden = 0;
   int64_t inner = 0;
+  // > 0: the SwiGLU clamp of DeepSeek-V4 (gate <= limit, up in [-limit, limit] before silu * up).
+  float swiglu_limit = 0.0f;
 };
 
 // Where the MoE op records what it met (backend memory; all null: not recorded). Bit e of a

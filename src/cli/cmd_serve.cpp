@@ -216,16 +216,18 @@ void register_serve(CLI::App& app, Actions& actions) {
                   "CORS: origins (e.g. http://localhost:3000, or *) whose browser requests are allowed; default none")
       ->delimiter(',');
   sub->add_option("--tool-call-parser", s.tool_call_parser,
-                  "tool-call format: auto (from the chat template), none, hermes (= qwen3), deepseek_v3")
+                  "tool-call format: auto (from the chat template), none, hermes (= qwen3), deepseek_v3, glm45 (= "
+                  "glm47: GLM-4.5 to GLM-5), deepseek_v4, deepseek_v32")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none", "hermes", "qwen3", "qwen2_5", "deepseek_v3", "deepseek_v31"}));
+      ->check(CLI::IsMember({"auto", "none", "hermes", "qwen3", "qwen2_5", "deepseek_v3", "deepseek_v31", "glm45",
+                             "glm47", "deepseek_v4", "deepseek_v32"}));
   sub->add_flag_callback("--enable-auto-tool-choice", [] {},
                          "accepted for vLLM compatibility: tool calls are parsed whenever a request has tools");
   sub->add_option("--reasoning-parser", s.reasoning_parser,
                   "split <think>...</think> into reasoning_content: auto (when the tokenizer has </think>), none, "
-                  "deepseek_r1, qwen3")
+                  "deepseek_r1, qwen3, glm45, deepseek_v4 (all the same split)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "qwen3"}));
+      ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "qwen3", "glm45", "deepseek_v4"}));
   actions[sub] = [flags] {
     if (flags->model_dir.empty()) fail("serve: the model folder is required (moet serve MODEL_DIR)");
     run(*flags);

@@ -68,6 +68,8 @@ struct LoadedModel {
 // The experts' load options for `device` (ExpertOptions::resolve; max_step_rows: the most decode
 // rows one step of the command has), refusing what is not yet verified on that device.
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows);
+// Fails with one line for a family this device cannot run yet (GLM-5 and DeepSeek-V4 on CUDA).
+void family_device_gate(const nlohmann::json& config, const DeviceOptions& device);
 // load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp).
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1, bool load_mtp = false);
 

@@ -12,7 +12,8 @@
 
 namespace moet {
 
-enum class DType : uint8_t { f32, f16, bf16, f8_e4m3, f64, i8, u8, i16, i32, i64, u16, u32, u64, boolean };
+// f8_e8m0: UE8M0 scale bytes (value 2^(bits - 127)), as DeepSeek-V4 checkpoints store their MX and FP8 scales.
+enum class DType : uint8_t { f32, f16, bf16, f8_e4m3, f64, i8, u8, i16, i32, i64, u16, u32, u64, boolean, f8_e8m0 };
 
 // Size of one element in bytes.
 size_t dtype_size(DType dtype);

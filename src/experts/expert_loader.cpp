@@ -87,7 +87,7 @@ ExpertLayout ExpertLoader::layout() const {
   const ExpertFormat format = !spec_                             ? ExpertFormat::dense
                               : spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4
                                                                   : ExpertFormat::w2;
-  return {format, config_.hidden_size, config_.moe_intermediate_size};
+  return {format, config_.hidden_size, config_.moe_intermediate_size, float(config_.swiglu_limit)};
 }
 
 ExpertRowLayout ExpertLoader::row_layout() const {

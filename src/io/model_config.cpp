@@ -117,7 +117,9 @@ double ModelConfig::attention_scale() const {
   return scale;
 }
 
-std::string ModelConfig::moe_prefix(int64_t layer) const { return fmt::format("model.layers.{}.{}.", layer, moe_block); }
+std::string ModelConfig::layer_name(int64_t layer) const { return fmt::format("{}{}.", layer_prefix, layer); }
+
+std::string ModelConfig::moe_prefix(int64_t layer) const { return fmt::format("{}{}.", layer_name(layer), moe_block); }
 
 ModelConfig::ExpertNames ModelConfig::expert_tensor_names(int64_t layer, int64_t expert) const {
   const std::string base = fmt::format("{}experts.{}.", moe_prefix(layer), expert);

@@ -13,7 +13,7 @@
 
 namespace moet {
 
-enum class RouterScoring { softmax, sigmoid };
+enum class RouterScoring { softmax, sigmoid, sqrtsoftplus };
 
 struct RopeConfig {
   std::string type = "default";   // default | yarn | linear
@@ -67,10 +67,37 @@ struct ModelConfig {
   std::vector<bool> layer_is_moe;  // one entry per layer
   int64_t num_nextn_predict_layers = 0;
   nlohmann::json quantization_config;  // null when the checkpoint is unquantized
+  // DeepSeek sparse attention's lightning indexer (GLM-5; DeepSeek-V4's compressed layers): index
+  // heads and head dim, keys kept per query; GLM-5 layers whose indexer_types entry is "full" run
+  // their own indexer, the others reuse the previous full layer's choice.
+  int64_t index_topk = 0, index_head_dim = 0, index_n_heads = 0;
+  std::vector<bool> layer_runs_indexer;  // one entry per layer (GLM-5)
+  // DeepSeek-V4: hc_mult residual streams mixed by hyper-connections (0: a plain residual), the
+  // SwiGLU clamp of its MLPs (0: none), the sliding window of every layer, per layer its KV
+  // compression ratio (0: sliding window only; 4: compressed sparse attention with the indexer;
+  // 128: heavily compressed) and whether its MoE routes by token hash, the grouped low-rank
+  // output projection and the rope of the compressed layers.
+  int64_t hc_mult = 0, hc_sinkhorn_iters = 0;
+  double hc_eps = 0.0;
+  double swiglu_limit = 0.0;
+  int64_t sliding_window = 0;
+  std::vector<int64_t> layer_compress_ratio;
+  std::vector<bool> layer_hash_routed;
+  int64_t o_groups = 0, o_lora_rank = 0;
+  RopeConfig compress_rope;
   // Tensor names, set by the family: a MoE layer's block is "model.layers.N.<moe_block>." and
   // its routed expert E's projections "<block>experts.E.<name>.weight" (gate, up, down).
   std::string moe_block = "mlp";
   std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
+  std::string router_bias = "e_score_correction_bias";  // "<block>gate.<router_bias>"
+  // Where a layer's tensors sit ("<layer_prefix>N.<attention_block>.", its norms
+  // "<layer_prefix>N.<input_norm>.weight"), and the embedding, final norm and LM head: the
+  // transformers names unless the family's hub checkpoints use their own (DeepSeek-V4).
+  std::string layer_prefix = "model.layers.";
+  std::string attention_block = "self_attn", input_norm = "input_layernorm",
+              post_attention_norm = "post_attention_layernorm";
+  std::string embed_name = "model.embed_tokens.weight", final_norm_name = "model.norm.weight",
+              lm_head_name = "lm_head.weight";
 
   // Softmax scale of attention scores, including yarn's mscale^2 for MLA.
   double attention_scale() const;
@@ -81,6 +108,8 @@ struct ModelConfig {
   ExpertNames expert_tensor_names(int64_t layer, int64_t expert) const;
   // Prefix of the MoE block of a layer ("model.layers.3.mlp." or "...block_sparse_moe.").
   std::string moe_prefix(int64_t layer) const;
+  // "<layer_prefix>N." (model.layers.N.).
+  std::string layer_name(int64_t layer) const;
 };
 
 // Readers of config.json fields, for the families' config readers: each names the field in its

@@ -69,8 +69,11 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
       }
       return v;
     }
+    case DType::i8:
     case DType::u8: {
-      const HostTensor& s = ckpt.get(name + "_scale");
+      // X.weight_scale (modelopt, Mixtral MXFP4), or X.scale (DeepSeek-V4's FP4 experts: I8 codes, UE8M0 scales).
+      const std::string stem = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : name;
+      const HostTensor& s = ckpt.find(name + "_scale") ? ckpt.get(name + "_scale") : ckpt.get(stem + ".scale");
       v.cols = shape[1] * 2;
       v.scales = slice(s, expert, 2);
       if (s.dtype == DType::f8_e4m3) {
@@ -81,7 +84,8 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
         std::memcpy(&global, g.data + (g.bytes == 4 ? 0 : 4 * uint64_t(std::max<int64_t>(expert, 0))), 4);
         v.global_scale = global;
       } else {
-        MOET_CHECK(s.dtype == DType::u8, "tensor {}_scale: expected E4M3 (NVFP4) or U8 (MXFP4)", name);
+        MOET_CHECK(s.dtype == DType::u8 || s.dtype == DType::f8_e8m0,
+                   "tensor {}: scales {} are not E4M3 (NVFP4) or U8 / F8_E8M0 (MXFP4)", name, s.name);
         v.format = SourceFormat::mxfp4;
       }
       return v;

@@ -6,6 +6,7 @@
 //                                    (block size from quantization_config.weight_block_size)
 //   U8 [N, K/2] + X.weight_scale E4M3 [N, K/16] + X.weight_scale_2 F32   NVFP4 (modelopt)
 //   U8 [N, K/2] + X.weight_scale U8 [N, K/32]                            MXFP4 (UE8M0 scales)
+//   I8 / U8 [N, K/2] + X.scale F8_E8M0 / U8 [N, K/32]                    MXFP4 (DeepSeek-V4's experts)
 //   X_blocks U8 [.., N, K/32, 16] + X_scales U8 [.., N, K/32]            MXFP4 (gpt-oss)
 // A leading expert dimension (fused expert tensors) is sliced by `expert` when given (>= 0).
 #pragma once

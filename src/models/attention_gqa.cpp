@@ -65,10 +65,11 @@ class GqaAttention final : public AttentionBlock {
     kv_spec_.v_scale = checkpoint_kv_scale(loader, p, "v");
   }
 
-  KvLayerSpec kv_spec() const override { return kv_spec_; }
+  std::vector<KvLayerSpec> kv_specs() const override { return {kv_spec_}; }
 
-  void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
+  void forward(StepContext& ctx, const Tensor& x, std::span<KvLayerCache> caches, Tensor& out) override {
     Backend& b = ctx.backend;
+    KvLayerCache& cache = caches[0];
     const int64_t rows = x.rows();
     Tensor q = b.alloc({rows, heads_ * head_dim_});
     Tensor k = b.alloc({rows, kv_heads_ * head_dim_});
@@ -96,7 +97,7 @@ KvLayerSpec gqa_kv_spec(const ModelConfig& config) {
 }
 
 std::unique_ptr<AttentionBlock> gqa_attention_load(const ModelConfig& config, WeightLoader& loader,
-                                                   const std::string& prefix) {
+                                                   const std::string& prefix, int64_t /*layer*/) {
   return std::make_unique<GqaAttention>(config, loader, prefix);
 }
 

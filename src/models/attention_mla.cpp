@@ -4,8 +4,12 @@
 // (v_head x rank); scores use q_lat = W_uk[h]^T q_nope concatenated with q_rope against the cache
 // row, values are the latent part of the same row, and the head output is W_uv[h] o_lat. This is
 // the same function as expanding K/V per head, with one cache row per token for all heads.
+// GLM-5 (DeepSeek sparse attention): each row attends only to the keys the lightning indexer
+// chose (models/dsa_indexer.h): this layer's own indexer, or the last one that ran before it.
 #include "models/blocks.h"
 
+#include "core/error.h"
+#include "models/dsa_indexer.h"
 #include "models/rope_table.h"
 
 #include <cstring>
@@ -15,10 +19,15 @@ namespace {
 
 class MlaAttention final : public AttentionBlock {
  public:
-  MlaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p)
+  MlaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p, bool sparse, bool runs_indexer)
       : heads_(c.num_attention_heads), rank_(c.kv_lora_rank), nope_(c.qk_nope_head_dim),
         rope_dim_(c.qk_rope_head_dim), v_dim_(c.v_head_dim), scale_(float(c.attention_scale())),
-        kv_spec_(mla_kv_spec(c)), rope_(rope_table_build(c.rope)) {
+        sparse_(sparse), kv_spec_(mla_kv_spec(c)), rope_(rope_table_build(c.rope)) {
+    if (runs_indexer) {
+      indexer_ = std::make_unique<DsaIndexer>(c, loader, p);
+      indexer_spec_ = DsaIndexer::kv_spec(c);
+    }
+    MOET_CHECK(!sparse_ || c.q_lora_rank > 0, "config.json: DeepSeek sparse attention needs q_lora_rank");
     const int64_t hidden = c.hidden_size, qk = nope_ + rope_dim_;
     if (c.q_lora_rank > 0) {
       q_a_ = loader.matmul_weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
@@ -37,10 +46,14 @@ class MlaAttention final : public AttentionBlock {
     if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
   }
 
-  KvLayerSpec kv_spec() const override { return kv_spec_; }
+  std::vector<KvLayerSpec> kv_specs() const override {
+    if (!indexer_) return {kv_spec_};
+    return {kv_spec_, indexer_spec_};
+  }
 
-  void forward(StepContext& ctx, const Tensor& x, KvLayerCache& cache, Tensor& out) override {
+  void forward(StepContext& ctx, const Tensor& x, std::span<KvLayerCache> caches, Tensor& out) override {
     Backend& b = ctx.backend;
+    KvLayerCache& cache = caches[0];
     const int64_t rows = x.rows(), qk = nope_ + rope_dim_, row = rank_ + rope_dim_;
     Tensor q = b.alloc({rows, heads_ * qk});
     if (!q_a_.empty()) {
@@ -48,6 +61,10 @@ class MlaAttention final : public AttentionBlock {
       b.matmul(x, q_a_, &q_a_bias_, qa);
       b.rmsnorm(qa, q_a_norm_, eps_, qa);
       b.matmul(qa, q_b_, nullptr, q);
+      if (indexer_) {
+        ctx.dsa_topk = b.alloc({rows, indexer_->topk()}, DType::i32);
+        indexer_->forward(b, x, qa, rope_, caches[1], ctx.dsa_topk);
+      }
     } else {
       b.matmul(x, q_b_, nullptr, q);
     }
@@ -65,7 +82,14 @@ class MlaAttention final : public AttentionBlock {
     b.head_matmul(q, heads_, qk, w_uk_t_, q_full, row);
     b.copy_columns(q, qk, nope_, q_full, row, rank_, rows * heads_, rope_dim_);
     Tensor o_latent = b.alloc({rows, heads_, rank_});
-    b.attention(cache, q_full, heads_, row, scale_, o_latent);
+    if (sparse_) {
+      MOET_CHECK(!ctx.dsa_topk.empty() && ctx.dsa_topk.rows() == rows,
+                 "DeepSeek sparse attention: a layer sharing the indexer's choice runs before any indexer");
+      const AttentionKeys chosen{&cache, &ctx.dsa_topk};
+      b.attention_gather({&chosen, 1}, q_full, heads_, row, scale_, nullptr, o_latent);
+    } else {
+      b.attention(cache, q_full, heads_, row, scale_, o_latent);
+    }
     Tensor o_heads = b.alloc({rows, heads_ * v_dim_});
     b.head_matmul(o_latent, heads_, rank_, w_uv_, o_heads, v_dim_);
     b.matmul(o_heads, o_, &o_bias_, out);
@@ -94,8 +118,10 @@ class MlaAttention final : public AttentionBlock {
   // transformers builds q_a_layernorm and kv_a_layernorm with eps 1e-6 whatever rms_norm_eps says.
   static constexpr float eps_ = 1e-6f;
   float scale_;
-  KvLayerSpec kv_spec_;
+  bool sparse_;
+  KvLayerSpec kv_spec_, indexer_spec_;
   RopeTable rope_;
+  std::unique_ptr<DsaIndexer> indexer_;
   Tensor q_a_, q_a_bias_, q_a_norm_, q_b_, kv_a_, kv_a_bias_, kv_a_norm_, w_uk_t_, w_uv_, o_, o_bias_;
 };
 
@@ -105,9 +131,28 @@ KvLayerSpec mla_kv_spec(const ModelConfig& config) {
   return KvLayerSpec::latent_row(config.kv_lora_rank + config.qk_rope_head_dim, config.kv_lora_rank);
 }
 
+namespace {
+
+// Whether layer `layer` runs its own indexer: GLM-5's indexer_types, the MTP layer when its
+// checkpoint has indexer weights (invented weights: always).
+bool layer_runs_indexer(const ModelConfig& config, const WeightLoader* loader, const std::string& prefix,
+                        int64_t layer) {
+  if (config.index_topk <= 0) return false;
+  if (layer < int64_t(config.layer_runs_indexer.size())) return config.layer_runs_indexer[size_t(layer)];
+  return loader == nullptr || loader->checkpoint() == nullptr || loader->has(prefix + "indexer.wk.weight");
+}
+
+}  // namespace
+
+std::vector<KvLayerSpec> mla_layer_kv_specs(const ModelConfig& config, int64_t layer) {
+  if (!layer_runs_indexer(config, nullptr, "", layer)) return {mla_kv_spec(config)};
+  return {mla_kv_spec(config), DsaIndexer::kv_spec(config)};
+}
+
 std::unique_ptr<AttentionBlock> mla_attention_load(const ModelConfig& config, WeightLoader& loader,
-                                                   const std::string& prefix) {
-  return std::make_unique<MlaAttention>(config, loader, prefix);
+                                                   const std::string& prefix, int64_t layer) {
+  return std::make_unique<MlaAttention>(config, loader, prefix, config.index_topk > 0,
+                                        layer_runs_indexer(config, &loader, prefix, layer));
 }
 
 }  // namespace moet

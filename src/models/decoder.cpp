@@ -1,5 +1,7 @@
 // The generic decoder stack (see blocks.h).
+#include "models/arch/arch.h"
 #include "models/blocks.h"
+#include "models/hyper_connection.h"
 #include "models/mtp.h"
 
 #include "core/error.h"
@@ -16,6 +18,11 @@ DecoderModel::DecoderModel(ModelConfig config, Backend& backend, bool with_mtp)
 
 DecoderModel::~DecoderModel() = default;
 
+DecoderLayer::DecoderLayer() = default;
+DecoderLayer::DecoderLayer(DecoderLayer&&) noexcept = default;
+DecoderLayer& DecoderLayer::operator=(DecoderLayer&&) noexcept = default;
+DecoderLayer::~DecoderLayer() = default;
+
 void DecoderModel::set_mtp(std::unique_ptr<MtpLayer> mtp) {
   MOET_CHECK(experts_.layers() == config_.num_hidden_layers + 1, "the model was not built with room for an MTP layer");
   mtp_ = std::move(mtp);
@@ -24,34 +31,56 @@ void DecoderModel::set_mtp(std::unique_ptr<MtpLayer> mtp) {
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
   // The embedding (and an LM head, which may be the same tensor) stays BF16/F32: FP8 ones decode.
-  embed_ = loader.weight("model.embed_tokens.weight", {vocab, hidden});
-  final_norm_ = loader.weight_f32("model.norm.weight", {hidden});
-  if (config_.tie_word_embeddings && !loader.has("lm_head.weight")) {
+  embed_ = loader.weight(config_.embed_name, {vocab, hidden});
+  final_norm_ = loader.weight_f32(config_.final_norm_name, {hidden});
+  if (config_.tie_word_embeddings && !loader.has(config_.lm_head_name)) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = loader.weight("lm_head.weight", {vocab, hidden});
+    lm_head_ = loader.weight(config_.lm_head_name, {vocab, hidden});
   }
   layers_.resize(size_t(config_.num_hidden_layers));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const std::string prefix = fmt::format("model.layers.{}.", l);
-    layers_[size_t(l)].input_norm = loader.weight_f32(prefix + "input_layernorm.weight", {hidden});
-    layers_[size_t(l)].post_attention_norm = loader.weight_f32(prefix + "post_attention_layernorm.weight", {hidden});
+    const std::string prefix = config_.layer_name(l);
+    layers_[size_t(l)].input_norm = loader.weight_f32(prefix + config_.input_norm + ".weight", {hidden});
+    layers_[size_t(l)].post_attention_norm =
+        loader.weight_f32(prefix + config_.post_attention_norm + ".weight", {hidden});
+    if (config_.hc_mult > 0) layers_[size_t(l)].hyper = hyper_layer_load(config_, loader, l);
   }
+  if (config_.hc_mult > 0) hyper_head_ = hyper_head_load(config_, loader);
 }
 
 std::vector<KvLayerSpec> kv_layer_specs_for(const ModelConfig& config, KvDtype dtype) {
-  const KvLayerSpec spec = kv_layer_spec_with_dtype(config.mla ? mla_kv_spec(config) : gqa_kv_spec(config), dtype);
-  return std::vector<KvLayerSpec>(size_t(config.num_hidden_layers), spec);
+  const ArchSpec& arch = arch_for_family(config.family);
+  std::vector<KvLayerSpec> specs;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const std::vector<KvLayerSpec> layer =
+        arch.layer_kv_specs ? arch.layer_kv_specs(config, l)
+                            : std::vector<KvLayerSpec>{config.mla ? mla_kv_spec(config) : gqa_kv_spec(config)};
+    for (const KvLayerSpec& spec : layer) specs.push_back(kv_layer_spec_with_dtype(spec, dtype));
+  }
+  return specs;
 }
 
 void DecoderModel::finish_load() { set_kv_cache_dtype(KvDtype::f32); }
 
 void DecoderModel::set_kv_cache_dtype(KvDtype dtype) {
   std::vector<KvLayerSpec> specs;
-  for (const DecoderLayer& layer : layers_)
-    specs.push_back(kv_layer_spec_with_dtype(layer.attention->kv_spec(), dtype));
-  if (mtp_) specs.push_back(kv_layer_spec_with_dtype(mtp_->layer.attention->kv_spec(), dtype));
+  std::vector<size_t> offsets;
+  const auto add = [&](const AttentionBlock& attention) {
+    offsets.push_back(specs.size());
+    for (const KvLayerSpec& spec : attention.kv_specs()) specs.push_back(kv_layer_spec_with_dtype(spec, dtype));
+  };
+  for (const DecoderLayer& layer : layers_) add(*layer.attention);
+  if (mtp_) add(*mtp_->layer.attention);
   kv_specs_ = std::move(specs);
+  cache_offset_ = std::move(offsets);
+}
+
+std::span<KvLayerCache> DecoderModel::layer_caches(KvCache& cache, size_t l) const {
+  const size_t begin = cache_offset_[l], end = l + 1 < cache_offset_.size() ? cache_offset_[l + 1] : kv_specs_.size();
+  MOET_CHECK(cache.layers.size() == kv_specs_.size(), "forward: a KV cache of {} layer caches for a model of {}",
+             cache.layers.size(), kv_specs_.size());
+  return std::span<KvLayerCache>(cache.layers).subspan(begin, end - begin);
 }
 
 namespace {
@@ -125,18 +154,24 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
 // its logit and hidden rows and top_k, and the per-row inputs are read from the step buffer.
 Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size, vocab = config_.vocab_size;
-  StepContext ctx{backend_};
-  Tensor residual = backend_.alloc({rows, hidden});
+  StepContext ctx{backend_, {}};
   Tensor normed = backend_.alloc({rows, hidden});
+  experts_.begin_forward();
+  if (hyper_head_) {
+    forward_hyper(ctx, cache, normed);
+    Tensor packed = output_tensor(backend_, batch, vocab, hidden);
+    write_outputs(batch, normed, lm_head_, packed);
+    return packed;
+  }
+  Tensor residual = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
   const float eps = float(config_.rms_norm_eps);
-  experts_.begin_forward();
   // Each block's output joins the residual stream in one op with the norm that follows it.
   backend_.embedding(embed_, residual);
   backend_.rmsnorm(residual, layers_.front().input_norm, eps, normed);
   for (size_t l = 0; l < layers_.size(); ++l) {
     DecoderLayer& layer = layers_[l];
-    layer.attention->forward(ctx, normed, cache.layers[l], branch);
+    layer.attention->forward(ctx, normed, layer_caches(cache, l), branch);
     backend_.add_rmsnorm(residual, branch, layer.post_attention_norm, eps, normed);
     layer.ffn->forward(backend_, normed, branch);
     if (l + 1 < layers_.size()) backend_.add_rmsnorm(residual, branch, layers_[l + 1].input_norm, eps, normed);
@@ -148,16 +183,44 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   return packed;
 }
 
+// The residual is hc streams: each block reads their mix (hc_pre) and is mixed back in (hc_post);
+// at the end the streams collapse (hc_head) before the final norm.
+void DecoderModel::forward_hyper(StepContext& ctx, KvCache& cache, Tensor& normed) {
+  Backend& b = backend_;
+  const int64_t rows = normed.rows(), hidden = config_.hidden_size, hc = config_.hc_mult;
+  const float eps = float(config_.rms_norm_eps);
+  Tensor streams = b.alloc({rows, hc, hidden});
+  Tensor collapsed = b.alloc({rows, hidden}), branch = b.alloc({rows, hidden});
+  Tensor post = b.alloc({rows, hc}), comb = b.alloc({rows, hc, hc});
+  b.embedding(embed_, collapsed);
+  for (int64_t i = 0; i < hc; ++i) b.copy_columns(collapsed, hidden, 0, streams, hc * hidden, i * hidden, rows, hidden);
+  const auto block = [&](const HyperConnection& hyper, const Tensor& norm, const auto& run) {
+    const HyperConnectionWeights w = hyper.weights(config_);
+    b.hc_pre(w, streams, post, comb, collapsed);
+    b.rmsnorm(collapsed, norm, eps, normed);
+    run();
+    b.hc_post(w, streams, branch, post, comb);
+  };
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    DecoderLayer& layer = layers_[l];
+    block(layer.hyper->attention, layer.input_norm,
+          [&] { layer.attention->forward(ctx, normed, layer_caches(cache, l), branch); });
+    block(layer.hyper->ffn, layer.post_attention_norm, [&] { layer.ffn->forward(b, normed, branch); });
+  }
+  b.hc_head(hyper_head_->weights(config_), streams, collapsed);
+  b.rmsnorm(collapsed, final_norm_, eps, normed);
+}
+
 // A draft step (mtp.h): the MTP layer's output after its norm goes through its head.
 Tensor DecoderModel::mtp_body(const ForwardBatch& batch, KvCache& cache) {
   const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
-  StepContext ctx{backend_};
+  StepContext ctx{backend_, {}};
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
   experts_.begin_forward();
-  mtp_->forward(ctx, *batch.mtp_hidden, cache.layers[size_t(config_.num_hidden_layers)], float(config_.rms_norm_eps),
-                residual, normed, branch);
+  mtp_->forward(ctx, *batch.mtp_hidden, layer_caches(cache, layers_.size()), float(config_.rms_norm_eps), residual,
+                normed, branch);
   Tensor packed = output_tensor(backend_, batch, config_.vocab_size, hidden);
   write_outputs(batch, normed, mtp_->head, packed);
   return packed;

@@ -8,7 +8,7 @@
 namespace moet {
 namespace {
 
-std::string mtp_prefix(const ModelConfig& config) { return fmt::format("model.layers.{}.", config.num_hidden_layers); }
+std::string mtp_prefix(const ModelConfig& config) { return config.layer_name(config.num_hidden_layers); }
 
 // The MTP layer's copy `name` of one of the model's tensors (`own`, checkpoint name `own_name`):
 // the model's tensor when the copy is absent, invented (random weights) or byte-identical.
@@ -42,17 +42,17 @@ std::unique_ptr<MtpLayer> mtp_layer_load(const ModelConfig& config, WeightLoader
   mtp->hnorm = loader.weight_f32(p + "hnorm.weight", {hidden});
   mtp->eh_proj = loader.matmul_weight(p + "eh_proj.weight", {hidden, 2 * hidden});
   mtp->head_norm = loader.weight_f32(p + "shared_head.norm.weight", {hidden});
-  mtp->embed = shared_copy(loader, p + "embed_tokens.weight", "model.embed_tokens.weight", embed, {vocab, hidden});
-  const std::string head_name = config.tie_word_embeddings && !loader.has("lm_head.weight")
-                                    ? "model.embed_tokens.weight" : "lm_head.weight";
+  mtp->embed = shared_copy(loader, p + "embed_tokens.weight", config.embed_name, embed, {vocab, hidden});
+  const std::string head_name = config.tie_word_embeddings && !loader.has(config.lm_head_name)
+                                    ? config.embed_name : config.lm_head_name;
   mtp->head = shared_copy(loader, p + "shared_head.head.weight", head_name, head, {vocab, hidden});
-  layer.input_norm = loader.weight_f32(p + "input_layernorm.weight", {hidden});
-  layer.post_attention_norm = loader.weight_f32(p + "post_attention_layernorm.weight", {hidden});
+  layer.input_norm = loader.weight_f32(p + config.input_norm + ".weight", {hidden});
+  layer.post_attention_norm = loader.weight_f32(p + config.post_attention_norm + ".weight", {hidden});
   mtp->layer = std::move(layer);
   return mtp;
 }
 
-void MtpLayer::forward(StepContext& ctx, const std::vector<float>& hidden, KvLayerCache& cache, float eps,
+void MtpLayer::forward(StepContext& ctx, const std::vector<float>& hidden, std::span<KvLayerCache> caches, float eps,
                        Tensor& residual, Tensor& normed, Tensor& branch) {
   Backend& b = ctx.backend;
   const int64_t rows = residual.rows(), width = residual.cols();
@@ -69,7 +69,7 @@ void MtpLayer::forward(StepContext& ctx, const std::vector<float>& hidden, KvLay
   b.copy_columns(h, width, 0, both, 2 * width, width, rows, width);
   b.matmul(both, eh_proj, nullptr, residual);
   b.rmsnorm(residual, layer.input_norm, eps, normed);
-  layer.attention->forward(ctx, normed, cache, branch);
+  layer.attention->forward(ctx, normed, caches, branch);
   b.add_rmsnorm(residual, branch, layer.post_attention_norm, eps, normed);
   layer.ffn->forward(b, normed, branch);
   b.add_rmsnorm(residual, branch, head_norm, eps, normed);

@@ -9,8 +9,8 @@
 // embed_tokens} and the layer's own attention, norms and MoE (routed experts in the model's
 // ExpertPool at index L, stored in the format of the rest). DeepSeek-V3 ships the embedding and
 // head as copies of the model's; byte-identical copies reuse the model's tensors. Only the first
-// MTP layer is loaded: drafts beyond the first chain it on its own output g. Its KV cache is a
-// layer spec after the decoder's (KvCache::layers[L]); attention runs over the MTP layer's
+// MTP layer is loaded: drafts beyond the first chain it on its own output g. Its KV caches come
+// after the decoder's (the last layer specs); attention runs over the MTP layer's
 // entries of positions 0..i exactly as in training (a causal layer of its own).
 #pragma once
 
@@ -28,8 +28,8 @@ struct MtpLayer {
   // The rows of the step (tokens t_{i+1} from the step inputs, `hidden` the h_i [rows, hidden] in
   // host memory) through the layer: `normed` = g [rows, hidden]; `residual` and `branch` are
   // scratch of the same shape.
-  void forward(StepContext& ctx, const std::vector<float>& hidden, KvLayerCache& cache, float eps, Tensor& residual,
-               Tensor& normed, Tensor& branch);
+  void forward(StepContext& ctx, const std::vector<float>& hidden, std::span<KvLayerCache> caches, float eps,
+               Tensor& residual, Tensor& normed, Tensor& branch);
 };
 
 // Fails with a one-line error naming the model folder's config and tensors when the checkpoint has

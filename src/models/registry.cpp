@@ -26,8 +26,8 @@ void start_fp4_tier(DecoderModel& model, const ModelConfig& config, WeightLoader
 // into the model's pool) or the dense MLP (intermediate_size).
 void layer_blocks_load(const ArchSpec& spec, const ModelConfig& config, WeightLoader& loader, ExpertLoader& experts,
                        DecoderModel& model, int64_t l, bool moe, DecoderLayer& layer) {
-  const std::string prefix = fmt::format("model.layers.{}.", l);
-  layer.attention = spec.attention(config, loader, prefix + "self_attn.");
+  const std::string prefix = config.layer_name(l);
+  layer.attention = spec.attention(config, loader, prefix + config.attention_block + ".", l);
   layer.ffn = moe ? moe_load(config, loader, l, experts, model.experts())
                   : dense_mlp_load(loader, prefix + "mlp.", config.hidden_size, config.intermediate_size);
 }

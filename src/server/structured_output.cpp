@@ -126,6 +126,9 @@ Grammar assemble(const Source& src, int reasoning_mode, const ToolParser* tools)
         break;
       }
       case Kind::tools:
+        if (!tools->format().json_arguments)
+          throw ApiError(400, "tool_choice: \"required\" and named functions are not supported yet with this model's "
+                              "tool-call format (its arguments are not a JSON object); use \"auto\"", src.param);
         if (reasoning_mode == 0 || reasoning_mode == 1) root.push_back(json_whitespace(b));
         root.push_back(tool_calls_rule(b, src.value, tools->format()));
         break;

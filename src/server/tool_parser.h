@@ -21,10 +21,13 @@ struct ToolCall {
 // function: section_begin, then calls separated by `separator`, then section_end; each call is
 // call_begin, the name (as a JSON string literal when name_json), call_middle, the arguments
 // object, call_end.
+// json_arguments false: the format spells arguments otherwise (GLM's arg_key/arg_value pairs,
+// DeepSeek's DSML parameters), which the grammar of tool_choice "required" cannot generate yet.
 struct ToolCallFormat {
   std::string section_begin, section_end, separator;
   std::string call_begin, call_middle, call_end;
   bool name_json = false;
+  bool json_arguments = true;
 };
 
 struct ToolParseResult {
@@ -42,9 +45,13 @@ class ToolParser {
 
 std::unique_ptr<ToolParser> tool_parser_hermes();
 std::unique_ptr<ToolParser> tool_parser_deepseek_v3();
+std::unique_ptr<ToolParser> tool_parser_glm();
+std::unique_ptr<ToolParser> tool_parser_deepseek_v4();
+std::unique_ptr<ToolParser> tool_parser_deepseek_v32();
 
-// "hermes" (also "qwen3", "qwen2_5"), "deepseek_v3" (also "deepseek_v31"), "none" -> nullptr,
-// "auto" -> chosen from the chat template's markup (nullptr when it shows none).
+// "hermes" (also "qwen3", "qwen2_5"), "deepseek_v3" (also "deepseek_v31"), "glm45" (also
+// "glm47"), "deepseek_v4", "deepseek_v32", "none" -> nullptr, "auto" -> chosen from the chat
+// template's markup (nullptr when it shows none).
 // Throws moet::Error for an unknown name.
 std::unique_ptr<ToolParser> tool_parser_create(const std::string& name, const std::string& chat_template);
 

@@ -8,10 +8,13 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fp8_matmul.h"
+#include "kernels/cpu/hyper_connection.h"
+#include "kernels/cpu/kv_compress.h"
 #include "kernels/cpu/logit_confidence.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
+#include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/top_logits.h"
 #include "kernels/cpu/w2_matmul.h"
 
@@ -45,7 +48,7 @@ class CpuBackend final : public Backend, public BenchOps {
   }
 
   Tensor upload(const HostTensor& info) override {
-    if (info.dtype == DType::bf16 || info.dtype == DType::f32 || info.dtype == DType::u8) {
+    if (info.dtype == DType::bf16 || info.dtype == DType::f32 || info.dtype == DType::u8 || info.dtype == DType::i32) {
       Tensor t = host_tensor(info.dtype, info.shape);
       std::memcpy(t.data, info.data, info.bytes);
       return t;
@@ -196,6 +199,66 @@ class CpuBackend final : public Backend, public BenchOps {
     rope_apply(table, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset, step_.positions);
   }
 
+  void rope_inverse(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override {
+    const OpScope scope(*this, [] { return std::string("rope_inverse"); });
+    rope_apply(table, x.as<float>(), step_.rows, heads, x.numel() / step_.rows, head_stride, offset, step_.positions,
+               true);
+  }
+
+  void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out) override {
+    const int64_t dim = weight.numel();
+    const OpScope scope(*this, [&] { return fmt::format("layernorm[dim={}]", dim); });
+    moet::layernorm(x.as<float>(), x.numel() / dim, dim, weight.as<float>(), bias.as<float>(), eps, out.as<float>());
+  }
+
+  void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) override {
+    const OpScope scope(*this, [] { return std::string("silu_mul"); });
+    moet::silu_mul(gate_up.as<float>(), gate_up.rows(), gate_up.cols() / 2, out.as<float>(), limit);
+  }
+
+  void attention_gather(std::span<const AttentionKeys> sources, const Tensor& q, int64_t q_heads, int64_t q_stride,
+                        float scale, const Tensor* sinks, Tensor& out) override;
+  void indexer_topk(KvLayerCache& keys, const Tensor& q, int64_t heads, const Tensor& weights, float scale,
+                    int64_t stride, Tensor& positions) override {
+    const OpScope scope(*this, [] { return std::string("indexer_topk"); });
+    const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
+    moet::indexer_topk(keys.view, rows, q.as<float>(), step_.rows, heads, weights.as<float>(), scale, stride,
+                       positions.cols(), positions.as<int32_t>(), pool_, isa_);
+  }
+
+  void kv_compress(const KvCompressOp& op, KvLayerCache& state, KvLayerCache& out) override {
+    const OpScope scope(*this, [] { return std::string("kv_compress"); });
+    const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
+    moet::kv_compress({op.ratio, op.overlap, out.view.k_dim, op.eps}, state.view, rows, step_.rows,
+                      op.position_bias->as<float>(), op.norm->as<float>(), *op.rope, out.view, pool_);
+  }
+
+  void hc_pre(const HyperConnectionWeights& w, const Tensor& streams, Tensor& post, Tensor& comb,
+              Tensor& collapsed) override {
+    const OpScope scope(*this, [] { return std::string("hc_pre"); });
+    moet::hc_pre(hyper_params(w, collapsed.cols()), streams.as<float>(), collapsed.rows(), w.fn->as<float>(),
+                 w.base->as<float>(), w.scale->as<float>(), post.as<float>(), comb.as<float>(), collapsed.as<float>(),
+                 pool_, isa_);
+  }
+  void hc_post(const HyperConnectionWeights& w, Tensor& streams, const Tensor& block_out, const Tensor& post,
+               const Tensor& comb) override {
+    const OpScope scope(*this, [] { return std::string("hc_post"); });
+    moet::hc_post(hyper_params(w, block_out.cols()), streams.as<float>(), block_out.rows(), block_out.as<float>(),
+                  post.as<float>(), comb.as<float>(), pool_);
+  }
+  void hc_head(const HyperConnectionWeights& w, const Tensor& streams, Tensor& out) override {
+    const OpScope scope(*this, [] { return std::string("hc_head"); });
+    moet::hc_head(hyper_params(w, out.cols()), streams.as<float>(), out.rows(), w.fn->as<float>(), w.base->as<float>(),
+                  w.scale->as<float>(), out.as<float>(), pool_, isa_);
+  }
+
+  void router_hash(const RouterParams& params, const Tensor& logits, const Tensor& table, Tensor& expert_ids,
+                   Tensor& weights) override {
+    const OpScope scope(*this, [] { return std::string("router_hash"); });
+    moet::router_hash(params, logits.as<float>(), logits.rows(), step_.tokens, table.as<int32_t>(), table.dim(0),
+                      expert_ids.as<int32_t>(), weights.as<float>());
+  }
+
   void qk_norm_rope(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k, int64_t k_heads, int64_t head_dim,
                     const Tensor& q_norm, const Tensor& k_norm, float eps) override {
     const OpScope scope(*this, [&] { return fmt::format("qk_norm_rope[dim={}]", head_dim); });
@@ -317,6 +380,9 @@ class CpuBackend final : public Backend, public BenchOps {
     std::chrono::steady_clock::time_point start_;
   };
 
+  static HyperParams hyper_params(const HyperConnectionWeights& w, int64_t dim) {
+    return {w.hc, dim, w.iters, w.eps, w.norm_eps};
+  }
   // y = x @ W^T for one expert matrix in any ExpertFormat.
   void expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales, Tensor& y);
 
@@ -395,7 +461,7 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
       std::memcpy(gathered.as<float>() + j * hidden, x.as<float>() + (items[size_t(j)] / top_k) * hidden,
                   sizeof(float) * size_t(hidden));
     expert_matmul(gathered, experts[e].format, experts[e].gate_up, experts[e].gate_up_scales, gate_up);
-    silu_mul(gate_up, act);
+    moet::silu_mul(gate_up.as<float>(), count, inner, act.as<float>(), set.layout.swiglu_limit);
     expert_matmul(act, experts[e].format, experts[e].down, experts[e].down_scales, result);
     for (int64_t j = 0; j < count; ++j) {
       const float w = weights.as<float>()[items[size_t(j)]];
@@ -443,6 +509,23 @@ void CpuBackend::expert_set_update(ExpertSet& set, std::span<const int64_t> expe
                                    std::span<const ExpertWeights> weights) {
   expert_set_assign(set, experts, weights);
   expert_set_check(set.layout, set.experts, set.tier_format);  // the CPU's layout is the pack's
+}
+
+void CpuBackend::attention_gather(std::span<const AttentionKeys> sources, const Tensor& q, int64_t q_heads,
+                                  int64_t q_stride, float scale, const Tensor* sinks, Tensor& out) {
+  const OpScope scope(*this, [] { return std::string("attention_gather"); });
+  std::vector<KeySource> keys;
+  for (const AttentionKeys& s : sources) {
+    MOET_CHECK(s.cache->view.kv_heads == sources.front().cache->view.kv_heads &&
+                   s.cache->view.k_dim == sources.front().cache->view.k_dim &&
+                   s.cache->view.v_dim == sources.front().cache->view.v_dim,
+               "attention_gather: every key source needs the same heads and dims");
+    keys.push_back({s.cache->view, s.positions ? s.positions->as<int32_t>() : nullptr,
+                    s.positions ? s.positions->cols() : 0, s.window, s.stride});
+  }
+  const AttentionRows rows{step_.positions, step_.row_seq, step_.block_tables};
+  moet::attention_gather(keys, rows, q.as<float>(), step_.rows, q_heads, q_stride, scale,
+                         sinks ? sinks->as<float>() : nullptr, out.as<float>(), pool_, isa_);
 }
 
 void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, const Tensor& w,

@@ -87,7 +87,8 @@ CudaBackend::~CudaBackend() {
 }
 
 Tensor CudaBackend::upload(const HostTensor& info) {
-  if (info.dtype != DType::bf16 && info.dtype != DType::f32 && info.dtype != DType::u8) return upload_f32(info);
+  if (info.dtype != DType::bf16 && info.dtype != DType::f32 && info.dtype != DType::u8 && info.dtype != DType::i32)
+    return upload_f32(info);
   Tensor t = device_tensor(info.dtype, info.shape);
   copy_to_device(t.data, info.data, info.bytes);
   return t;

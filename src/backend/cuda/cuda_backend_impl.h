@@ -14,7 +14,7 @@
 // fully enqueued so the events measure GPU time, not launch latency (kernels/cuda/profile_gate.h).
 // The methods live in cuda_backend.cpp (construction, memory, uploads and transfers, expert sets,
 // the memory benchmarks), cuda_backend_steps.cpp (step inputs, CUDA graphs, the per-op profile)
-// and cuda_backend_ops.cpp (the ops).
+// and cuda_backend_ops.cpp (the ops; cuda_backend_sparse.cpp those of GLM-5 / DeepSeek-V4).
 #pragma once
 
 #include "backend/bench_ops.h"
@@ -27,6 +27,7 @@
 #include "kernels/cuda/head_norm_rope.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/sparse_ops.h"
 
 #include <cuda_runtime_api.h>
 
@@ -103,6 +104,23 @@ class CudaBackend final : public Backend, public BenchOps {
                    int64_t y_stride) override;
   void top_logits(const Tensor& logits, int64_t k, Tensor& values, Tensor& ids) override;
   void logit_confidence(const Tensor& logits, Tensor& out) override;
+
+  // cuda_backend_sparse.cpp (GLM-5 / DeepSeek-V4)
+  void rope_inverse(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) override;
+  void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out) override;
+  void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) override;
+  void attention_gather(std::span<const AttentionKeys> sources, const Tensor& q, int64_t q_heads, int64_t q_stride,
+                        float scale, const Tensor* sinks, Tensor& out) override;
+  void indexer_topk(KvLayerCache& keys, const Tensor& q, int64_t heads, const Tensor& weights, float scale,
+                    int64_t stride, Tensor& positions) override;
+  void kv_compress(const KvCompressOp& op, KvLayerCache& state, KvLayerCache& out) override;
+  void hc_pre(const HyperConnectionWeights& w, const Tensor& streams, Tensor& post, Tensor& comb,
+              Tensor& collapsed) override;
+  void hc_post(const HyperConnectionWeights& w, Tensor& streams, const Tensor& block_out, const Tensor& post,
+               const Tensor& comb) override;
+  void hc_head(const HyperConnectionWeights& w, const Tensor& streams, Tensor& out) override;
+  void router_hash(const RouterParams& params, const Tensor& logits, const Tensor& table, Tensor& expert_ids,
+                   Tensor& weights) override;
 
   // cuda_backend_steps.cpp
   void begin_step(const StepInputs& step) override;
@@ -197,6 +215,8 @@ class CudaBackend final : public Backend, public BenchOps {
   const int32_t* step_tables() const {
     return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(step_device_.get()) + tables_offset_);
   }
+  // All of them as the sparse kernels take them (cuda_backend_sparse.cpp).
+  cuda::StepRowsArgs step_rows() const;
 
   // Helpers of the members below, nested so that their names stay the backend's own.
 

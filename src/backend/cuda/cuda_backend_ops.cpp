@@ -173,6 +173,12 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
 }
 
 void CudaBackend::rope(const RopeTable& table, Tensor& x, int64_t heads, int64_t head_stride, int64_t offset) {
+  if (table.pairs_in_place) {  // DeepSeek-V4's layout: sparse_ops.h
+    rope_rotate_launch(rope_args(table), true, false, x.as<float>(), step_.rows, heads, x.numel() / step_.rows,
+                       head_stride, offset, step_ints(kPositions), stream_);
+    check_launch("rope");
+    return;
+  }
   const HeadSet set{x.as<float>(), heads, x.numel() / step_.rows, head_stride, nullptr, 0, offset};
   head_norm_rope_launch(rope_args(table), set, {}, step_.rows, 0.0f, step_ints(kPositions), stream_);
   check_launch("rope");
@@ -250,7 +256,8 @@ void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_head
 
 void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& expert_ids, Tensor& weights) {
   MOET_CHECK(p.experts <= 1024 && p.top_k <= 64 && p.groups <= 1024, "router shape not supported on CUDA");
-  router_launch({p.experts, p.top_k, p.sigmoid, p.normalize, p.scaling, p.groups, p.top_groups, p.correction_bias},
+  router_launch({p.experts, p.top_k, p.sigmoid, p.normalize, p.scaling, p.groups, p.top_groups, p.correction_bias,
+                 p.sqrtsoftplus},
                 logits.as<float>(), logits.rows(), expert_ids.as<int32_t>(), weights.as<float>(), stream_);
   check_launch("router");
 }
@@ -286,7 +293,7 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
   Tensor passes = w2 ? alloc({w2_scratch.passes * int64_t(sizeof(W2Pass) / sizeof(int32_t))}, DType::i32) : Tensor{};
   Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
   Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
-  const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
+  MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(table.data),
                      format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
                      w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
@@ -298,6 +305,7 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
                      w2_scratch.tile_counters, w2_scratch.pass_items};
+  args.swiglu_limit = set.layout.swiglu_limit;
   moe_launch(args, stream_);
   check_launch("moe_experts");
 }
@@ -341,6 +349,7 @@ RopeArgs CudaBackend::rope_args(const RopeTable& table) {
 std::pair<HeadSet, HeadSet> CudaBackend::prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads, Tensor& k,
                                                        int64_t k_heads, int64_t head_dim, const Tensor& q_norm,
                                                        const Tensor& k_norm) {
+  MOET_CHECK(!table.pairs_in_place, "qk_norm_rope: pairs rotated in place are not fused on CUDA");
   MOET_CHECK(2 * int64_t(table.inv_freq.size()) <= head_dim, "rope of {} values on heads of {}",
              2 * table.inv_freq.size(), head_dim);
   MOET_CHECK((q_norm.empty() && k_norm.empty()) || head_dim <= kHeadNormRopeMaxSpan,

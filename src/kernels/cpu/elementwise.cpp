@@ -3,6 +3,7 @@
 
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace moet {
@@ -28,14 +29,30 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const fl
   }, 64);
 }
 
-void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out) {
+void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out, float limit) {
   for (int64_t t = 0; t < rows; ++t) {
     const float* gate = gate_up + t * 2 * inner;
     const float* up = gate + inner;
     for (int64_t i = 0; i < inner; ++i) {
-      const float g = gate[i];
-      out[t * inner + i] = g / (1.0f + std::exp(-g)) * up[i];
+      const float g = limit > 0.0f ? std::min(gate[i], limit) : gate[i];
+      const float u = limit > 0.0f ? std::clamp(up[i], -limit, limit) : up[i];
+      out[t * inner + i] = g / (1.0f + std::exp(-g)) * u;
     }
+  }
+}
+
+void layernorm(const float* x, int64_t rows, int64_t dim, const float* weight, const float* bias, float eps,
+               float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* in = x + t * dim;
+    float* o = out + t * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum += double(in[i]);
+    const float mean = float(sum / double(dim));
+    double var = 0.0;
+    for (int64_t i = 0; i < dim; ++i) var += double(in[i] - mean) * double(in[i] - mean);
+    const float inv = 1.0f / std::sqrt(float(var / double(dim)) + eps);
+    for (int64_t i = 0; i < dim; ++i) o[i] = (in[i] - mean) * inv * weight[i] + bias[i];
   }
 }
 

@@ -15,8 +15,14 @@ void embedding_bf16(const int32_t* ids, int64_t rows, const uint16_t* table, int
 // x rows are `stride` floats apart (heads of a packed q/k tensor use stride = head_dim).
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* weight,
              float eps, float* out, int64_t out_stride, ThreadPool& pool);
-// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inner + i]; gate_up is [rows, 2*inner].
-void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out);
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inner + i]; gate_up is [rows, 2*inner]. limit > 0
+// (DeepSeek-V4's swiglu_limit): the gate is clamped to at most limit and the up value to
+// [-limit, limit] first.
+void silu_mul(const float* gate_up, int64_t rows, int64_t inner, float* out, float limit = 0.0f);
+// out[t, :] = (x[t, :] - mean) / sqrt(var + eps) * weight + bias over rows of `dim` (LayerNorm;
+// x and out may alias).
+void layernorm(const float* x, int64_t rows, int64_t dim, const float* weight, const float* bias, float eps,
+               float* out);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 // x[i] as two BF16 pieces: hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (round to nearest even;

@@ -21,6 +21,8 @@ void top_indices(const std::vector<float>& values, int64_t k, std::vector<int32_
 
 }  // namespace
 
+float sqrt_softplus(float x) { return std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x))); }
+
 void router_topk(const RouterParams& p, const float* logits, int64_t rows, int32_t* expert_ids,
                  float* weights) {
   const size_t n = size_t(p.experts);
@@ -28,7 +30,9 @@ void router_topk(const RouterParams& p, const float* logits, int64_t rows, int32
   std::vector<int32_t> chosen, groups_kept, in_group;
   for (int64_t t = 0; t < rows; ++t) {
     const float* row = logits + t * p.experts;
-    if (p.sigmoid) {
+    if (p.sqrtsoftplus) {
+      for (size_t e = 0; e < n; ++e) scores[e] = sqrt_softplus(row[e]);
+    } else if (p.sigmoid) {
       for (size_t e = 0; e < n; ++e) scores[e] = 1.0f / (1.0f + std::exp(-row[e]));
     } else {
       const float max_logit = *std::max_element(row, row + n);
@@ -55,11 +59,30 @@ void router_topk(const RouterParams& p, const float* logits, int64_t rows, int32
     top_indices(choice, p.top_k, chosen);
     float total = 0.0f;
     for (int64_t i = 0; i < p.top_k; ++i) total += scores[size_t(chosen[size_t(i)])];
-    const float denom = p.sigmoid ? total + 1e-20f : total;
+    const float denom = p.sigmoid || p.sqrtsoftplus ? total + 1e-20f : total;
     for (int64_t i = 0; i < p.top_k; ++i) {
       const float w = scores[size_t(chosen[size_t(i)])];
       expert_ids[t * p.top_k + i] = chosen[size_t(i)];
       weights[t * p.top_k + i] = (p.normalize ? w / denom : w) * p.scaling;
+    }
+  }
+}
+
+void router_hash(const RouterParams& p, const float* logits, int64_t rows, const int32_t* tokens, const int32_t* table,
+                 int64_t vocab, int32_t* expert_ids, float* weights) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* row = logits + t * p.experts;
+    const int32_t token = tokens[t];
+    float total = 0.0f;
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      const int32_t e = token >= 0 && token < vocab ? table[int64_t(token) * p.top_k + i] : -1;
+      expert_ids[t * p.top_k + i] = e;
+      weights[t * p.top_k + i] = e >= 0 && e < p.experts ? sqrt_softplus(row[e]) : 0.0f;
+      total += weights[t * p.top_k + i];
+    }
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      float& w = weights[t * p.top_k + i];
+      w = (p.normalize ? w / (total + 1e-20f) : w) * p.scaling;
     }
   }
 }

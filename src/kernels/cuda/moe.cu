@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_gate_up_kernel(MoeArgs a, boo
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r)
       if (lane == r && r < rows) {
-        const float g = acc[r][0];
-        a.act[(p0 + r) * a.inner + j] = g / (1.0f + expf(-g)) * acc[r][1];
+        a.act[(p0 + r) * a.inner + j] = moe_swiglu(acc[r][0], acc[r][1], a.swiglu_limit);
       }
   }
 }
@@ -195,8 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (lane == r * 2 + h && r < rows) {
-          const float g = acc[r][h];
-          a.act[(p0 + r) * a.inner + j0 + h] = g / (1.0f + expf(-g)) * acc[r][2 + h];
+          a.act[(p0 + r) * a.inner + j0 + h] = moe_swiglu(acc[r][h], acc[r][2 + h], a.swiglu_limit);
         }
   }
 }

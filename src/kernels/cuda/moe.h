@@ -92,6 +92,7 @@ struct MoeArgs {
   float* partial;
   int64_t tile_counters;
   int32_t pass_items;
+  float swiglu_limit = 0.0f;  // > 0: DeepSeek-V4's SwiGLU clamp in the gate_up epilogue
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

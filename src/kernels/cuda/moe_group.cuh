@@ -11,6 +11,16 @@
 
 namespace moet::cuda {
 
+// silu(gate) * up, with DeepSeek-V4's SwiGLU clamp when limit > 0 (gate at most limit, up in
+// [-limit, limit]; kernels/cpu/elementwise.h silu_mul): the gate_up epilogue of every format.
+__device__ __forceinline__ float moe_swiglu(float gate, float up, float limit) {
+  if (limit > 0.0f) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+  }
+  return gate / (1.0f + expf(-gate)) * up;
+}
+
 // Whether items naming expert e run in this table's pass.
 __device__ __forceinline__ bool moe_item_runs(const MoeArgs& a, int e) {
   return e >= 0 && e < a.experts && a.table[e].present != kServedElsewhere;

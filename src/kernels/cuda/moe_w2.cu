@@ -131,7 +131,7 @@ __device__ __forceinline__ void write_outputs(const MoeArgs& a, const float (&ac
     if (c >= 2 || pos >= end) continue;
     if (kGateUp) {
       const float gate = out[0], up = out[1];
-      w2_split_store(gate / (1.0f + expf(-gate)) * up, a.act_split + int64_t(pos) * 3 * a.inner_padded,
+      w2_split_store(moe_swiglu(gate, up, a.swiglu_limit), a.act_split + int64_t(pos) * 3 * a.inner_padded,
                      a.inner_padded, tile * 8 + g);
     } else {
       float* y = a.item_out + int64_t(a.order[pos]) * a.hidden + tile * kW2TileRows + g;

@@ -15,6 +15,8 @@
 // accumulations of exact products.
 #include "kernels/cuda/moe_w2_prefill.h"
 
+#include "kernels/cuda/moe_group.cuh"
+
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_w2.h"
@@ -113,7 +115,7 @@ __device__ __forceinline__ void write_tile(const MoeArgs& a, const W2Pass& ps, i
       if (pos >= end) continue;
       const float top = acc[j][h], bottom = acc[j][2 + h];
       if (kGateUp) {
-        w2_split_store(top / (1.0f + expf(-top)) * bottom, a.act_split + int64_t(pos) * kTerms * a.inner_padded,
+        w2_split_store(moe_swiglu(top, bottom, a.swiglu_limit), a.act_split + int64_t(pos) * kTerms * a.inner_padded,
                        a.inner_padded, int64_t(tile) * 8 + g);
       } else {
         float* y = a.item_out + int64_t(a.order[pos]) * a.hidden + int64_t(tile) * kW2TileRows + g;

@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(kMaxExperts) router_kernel(RouterArgs p, const
   const float x = expert ? logits[row * n + e] : -INFINITY;
   const float bias = expert && p.correction_bias ? p.correction_bias[e] : 0.0f;
   float score;
-  if (p.sigmoid) {
+  if (p.sqrtsoftplus) {
+    score = sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+  } else if (p.sigmoid) {
     score = 1.0f / (1.0f + expf(-x));
   } else {
     const float m = block_reduce(x, MaxOp(), -INFINITY, s.scratch);
@@ -156,7 +158,7 @@ __global__ void __launch_bounds__(kMaxExperts) router_kernel(RouterArgs p, const
   if (e < top_k) {
     float total = 0.0f;
     for (int r = 0; r < top_k; ++r) total += s.chosen_scores[r];  // in choice order, as the CPU sums
-    const float denom = p.sigmoid ? total + 1e-20f : total, w = s.chosen_scores[e];
+    const float denom = p.sigmoid || p.sqrtsoftplus ? total + 1e-20f : total, w = s.chosen_scores[e];
     ids[row * top_k + e] = s.chosen[e];
     weights[row * top_k + e] = (p.normalize ? w / denom : w) * p.scaling;
   }

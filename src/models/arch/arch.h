@@ -23,18 +23,30 @@ struct ArchSpec {
   std::string also_for;                    // other model_types it serves, for messages ("" = none)
   // Fills `config` from config.json (config_read_common() and the family's own fields).
   std::function<void(const nlohmann::json&, ModelConfig&)> read_config;
-  // Loads layer N's attention from "model.layers.N.self_attn.".
-  std::function<std::unique_ptr<AttentionBlock>(const ModelConfig&, WeightLoader&, const std::string&)> attention;
+  // Loads layer N's attention from "model.layers.N.self_attn." (the layer's prefix and N).
+  std::function<std::unique_ptr<AttentionBlock>(const ModelConfig&, WeightLoader&, const std::string&, int64_t)>
+      attention;
+  // The KV specs of layer N without weights (null: one MLA or GQA cache as config.mla says).
+  std::function<std::vector<KvLayerSpec>(const ModelConfig&, int64_t)> layer_kv_specs = nullptr;
 };
 
 const ArchSpec& qwen3_moe_arch();
 const ArchSpec& deepseek_v3_arch();
 const ArchSpec& glm4_moe_arch();
 const ArchSpec& mixtral_arch();
+const ArchSpec& glm_moe_dsa_arch();
+const ArchSpec& deepseek_v4_arch();
 
 // DeepSeek-style MoE fields (first_k_dense_replace dense layers, shared experts, sigmoid scores
-// with a correction bias, grouped top-k), read by deepseek_v3 and glm4_moe.
+// with a correction bias, grouped top-k), read by deepseek_v3, glm4_moe and glm_moe_dsa.
 void read_deepseek_moe(const nlohmann::json& c, ModelConfig& m);
+// DeepSeek-V3's MLA fields (q_lora_rank, kv_lora_rank, the head dims, interleaved rope), read by
+// deepseek_v3 and glm_moe_dsa.
+void read_mla(const nlohmann::json& c, ModelConfig& m);
+// A per-layer list of strings (mlp_layer_types, indexer_types, layer_types): each entry must be
+// one of `allowed`, and there must be one per layer (the first num_hidden_layers of a longer list).
+std::vector<std::string> read_layer_types(const nlohmann::json& c, const char* key, int64_t layers,
+                                          const std::vector<std::string>& allowed);
 
 // The spec a config.json names; an unknown family is an error naming the supported ones.
 const ArchSpec& arch_for_config(const nlohmann::json& config);

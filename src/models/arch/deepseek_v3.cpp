@@ -14,6 +14,12 @@ using namespace config_json;
 void read_deepseek_v3(const json& c, ModelConfig& m) {
   config_read_common(c, m);
   read_deepseek_moe(c, m);
+  read_mla(c, m);
+}
+
+}  // namespace
+
+void read_mla(const json& c, ModelConfig& m) {
   m.mla = true;
   m.q_lora_rank = opt_int(c, "q_lora_rank", 0);
   m.kv_lora_rank = req_int(c, "kv_lora_rank");
@@ -25,8 +31,6 @@ void read_deepseek_v3(const json& c, ModelConfig& m) {
   m.rope = config_read_rope(c, m.qk_rope_head_dim, 1.0);
   m.rope.interleaved = opt_bool(c, "rope_interleave", true);
 }
-
-}  // namespace
 
 void read_deepseek_moe(const json& c, ModelConfig& m) {
   m.moe_intermediate_size = req_int(c, "moe_intermediate_size");

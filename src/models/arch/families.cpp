@@ -13,12 +13,26 @@ using nlohmann::json;
 using namespace config_json;
 
 const std::vector<const ArchSpec*>& all_archs() {
-  static const std::vector<const ArchSpec*> specs = {&deepseek_v3_arch(), &glm4_moe_arch(), &mixtral_arch(),
-                                                     &qwen3_moe_arch()};
+  static const std::vector<const ArchSpec*> specs = {&deepseek_v3_arch(), &deepseek_v4_arch(), &glm4_moe_arch(),
+                                                     &glm_moe_dsa_arch(), &mixtral_arch(), &qwen3_moe_arch()};
   return specs;
 }
 
 }  // namespace
+
+std::vector<std::string> read_layer_types(const json& c, const char* key, int64_t layers,
+                                          const std::vector<std::string>& allowed) {
+  MOET_CHECK(c[key].is_array() && int64_t(c[key].size()) >= layers,
+             "config.json: '{}' must list one entry per layer ({})", key, layers);
+  std::vector<std::string> types;
+  for (const auto& entry : c[key]) {
+    if (int64_t(types.size()) == layers) break;  // longer lists: the first layers' (transformers truncates)
+    MOET_CHECK(entry.is_string() && std::count(allowed.begin(), allowed.end(), entry.get<std::string>()),
+               "config.json: '{}' entry {} is not one of {}", key, entry.dump(), fmt::join(allowed, ", "));
+    types.push_back(entry.get<std::string>());
+  }
+  return types;
+}
 
 const ArchSpec& arch_for_family(const std::string& family) {
   for (const ArchSpec* spec : all_archs())

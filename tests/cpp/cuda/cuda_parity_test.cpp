@@ -105,7 +105,9 @@ TEST_P(CudaFixture, DecodeStepTwiceIsBitIdentical) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* fixture : {"qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral"})
+  // GLM-5 and DeepSeek-V4 too (their ops: sparse_ops.h; the SwiGLU clamp in every MoE format).
+  for (const char* fixture : {"qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral", "glm_moe_dsa",
+                              "glm_moe_dsa_b", "deepseek_v4", "deepseek_v4_b"})
     for (ExpertMode mode : {ExpertMode::native, ExpertMode::w2, ExpertMode::fp4}) cases.push_back({fixture, mode});
   return cases;
 }

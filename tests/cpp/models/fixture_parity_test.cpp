@@ -1,5 +1,6 @@
 // Parity with HF transformers on the tiny fixtures (tests/fixtures/*, written by
-// tools/fixtures/make_fixtures.py and make_quantized_fixtures.py): last-prompt-position logits
+// tools/fixtures/make_fixtures.py, make_sparse_fixtures.py (GLM-5, DeepSeek-V4: prompts longer than
+// their indexers' top-k and DeepSeek-V4's sliding window) and make_quantized_fixtures.py): last-prompt-position logits
 // within 1e-3 of the FP32 golden and the 16-token greedy continuation identical, on the CPU
 // backend (AVX2 and scalar paths; 1 to 3 threads), for every way experts can be stored:
 //   native  golden.json       (BF16 weights; FP8 / NVFP4 / MXFP4 checkpoints decoded)
@@ -63,10 +64,11 @@ TEST_P(FixtureParity, LogitsAndGreedyMatchTransformers) {
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   int threads = 1;
-  for (const char* fixture : {"qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral"})
+  for (const char* fixture : {"qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral", "glm_moe_dsa",
+                              "glm_moe_dsa_b", "deepseek_v4", "deepseek_v4_b"})
     for (ExpertMode mode : {ExpertMode::native, ExpertMode::w2, ExpertMode::fp4})
       cases.push_back({fixture, mode, threads++ % 3 + 1});
-  for (const char* fixture : {"deepseek_v3_fp8", "qwen3_moe_nvfp4", "mixtral_mxfp4"})
+  for (const char* fixture : {"deepseek_v3_fp8", "qwen3_moe_nvfp4", "mixtral_mxfp4", "deepseek_v4_mxfp4"})
     for (ExpertMode mode : {ExpertMode::native, ExpertMode::w2}) cases.push_back({fixture, mode, threads++ % 3 + 1});
   return cases;
 }

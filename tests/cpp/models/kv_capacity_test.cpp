@@ -53,5 +53,17 @@ TEST(KvCapacity, TokensIn40GiBForEachDtypeAndBenchConfig) {
   EXPECT_EQ(kv_bytes_per_token(kv_layer_specs_for(qwen, KvDtype::fp8_e5m2)), 48 * 2 * (4 * 128 + 4 * 4));
 }
 
+// GLM-5: every layer keeps its 512 + 64 latent and its indexer's 128-value key. DeepSeek-V4-Flash:
+// every layer its 512-value kv row; a compressed sparse layer (21 of them) also its compressor's
+// state (kv and gate of two series: 4 x 512) and entries (512) and its indexer's (4 x 128, 128); a
+// heavily compressed one (20) its compressor's (2 x 512, 512). One slot per token in each cache.
+TEST(KvCapacity, Glm5AndDeepSeekV4FlashBytesPerToken) {
+  const ModelConfig glm = model_config_parse(json_read_file(kConfigs / "GLM-5.config.json"));
+  EXPECT_EQ(kv_bytes_per_token(kv_layer_specs_for(glm, KvDtype::bf16)), 78 * (576 + 128) * 2);
+  const ModelConfig v4 = model_config_parse(json_read_file(kConfigs / "DeepSeek-V4-Flash.config.json"));
+  const int64_t csa = 512 + 4 * 512 + 512 + 4 * 128 + 128, hca = 512 + 2 * 512 + 512;
+  EXPECT_EQ(kv_bytes_per_token(kv_layer_specs_for(v4, KvDtype::bf16)), (2 * 512 + 21 * csa + 20 * hca) * 2);
+}
+
 }  // namespace
 }  // namespace moet

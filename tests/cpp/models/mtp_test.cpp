@@ -1,7 +1,9 @@
-// The MTP layer (models/mtp.h) on the deepseek_v3 fixture, whose layer 3 is an MTP module: its
-// logits over a whole sequence (one draft step of T - 1 rows reading the target's hidden states)
-// match the float64 NumPy golden of tools/fixtures/mtp_golden.py (the formula tools/train trains)
-// to 1e-3 and its argmax at every position; the layer adds one KV spec; W2 experts read from a pack
+// The MTP layer (models/mtp.h) on the deepseek_v3 and glm_moe_dsa fixtures, whose layer 3 is an MTP
+// module: its logits over a whole sequence (one draft step of T - 1 rows reading the target's hidden
+// states) match the float64 golden (deepseek_v3: tools/fixtures/mtp_golden.py's NumPy, the formula
+// tools/train trains; glm_moe_dsa: glm_mtp_golden.py, transformers' GLM-5 decoder layer with its DSA
+// indexer over a sequence longer than index_topk) to 1e-3 and its argmax at every position; the
+// layer adds its KV specs (GLM-5: the latent and the indexer's keys); W2 experts read from a pack
 // (which holds only the decoder's layers) give the same MTP logits as experts quantized at load;
 // and asking for the MTP layer of a checkpoint without one is a one-line error.
 #include "../cpu_isa_env.h"
@@ -52,14 +54,18 @@ std::vector<float> mtp_logits(Model& model, const std::vector<int32_t>& ids) {
   return sequences.runner().run(draft).output.logits;
 }
 
-TEST(Mtp, LogitsMatchTheTrainingFormula) {
-  const auto dir = kFixtures / "deepseek_v3";
+class MtpFormula : public ::testing::TestWithParam<std::pair<std::string, size_t>> {};
+
+TEST_P(MtpFormula, LogitsMatchTheGolden) {
+  const auto [fixture, mtp_specs] = GetParam();
+  const auto dir = kFixtures / fixture;
   const nlohmann::json golden = json_read_file(dir / "golden_mtp.json");
   const Checkpoint checkpoint = Checkpoint::open(dir);
   auto backend = cpu_backend_create({2, test_cpu_isa()});
   auto model = load(checkpoint, *backend, ExpertMode::native);
   ASSERT_TRUE(model->has_mtp());
-  EXPECT_EQ(model->kv_layer_specs().size(), size_t(model->config().num_hidden_layers + 1));
+  const size_t main_specs = model_load(checkpoint, *backend, nullptr, ModelLoadOptions{})->kv_layer_specs().size();
+  EXPECT_EQ(model->kv_layer_specs().size(), main_specs + mtp_specs);
   const auto ids = golden["token_ids"].get<std::vector<int32_t>>();
   const std::vector<float> logits = mtp_logits(*model, ids);
   const int64_t vocab = model->config().vocab_size;
@@ -78,6 +84,11 @@ TEST(Mtp, LogitsMatchTheTrainingFormula) {
   EXPECT_LT(max_diff, 1e-3);
   RecordProperty("max_abs_logit_diff", std::to_string(max_diff));
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MtpFormula,
+                         ::testing::Values(std::pair<std::string, size_t>{"deepseek_v3", 1},
+                                           std::pair<std::string, size_t>{"glm_moe_dsa", 2}),
+                         [](const auto& info) { return info.param.first; });
 
 TEST(Mtp, PackedExpertsGiveTheSameDrafts) {
   const auto dir = kFixtures / "deepseek_v3";

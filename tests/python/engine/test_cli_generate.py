@@ -8,7 +8,8 @@ import struct
 import pytest
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
-NAMES = ["qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral"]
+NAMES = ["qwen3_moe", "deepseek_v3", "deepseek_v3_plainq", "glm4_moe", "mixtral", "glm_moe_dsa", "glm_moe_dsa_b",
+         "deepseek_v4", "deepseek_v4_b"]
 
 
 def golden(name):

@@ -1,6 +1,7 @@
 """--speculative-config on `moet generate` and `moet bench`, and the MTP layer in `moet inspect`:
 greedy output with MTP drafts (k = 1, 2, 3) equals the output without them on models/tiny and equals
-the transformers golden on the fixtures with an MTP layer (deepseek_v3, deepseek_v3_fp8), ngram
+the transformers golden on the fixtures with an MTP layer (deepseek_v3, deepseek_v3_fp8, and GLM-5's
+glm_moe_dsa, whose MTP layer runs its own DSA indexer; with an fp32 KV cache as its golden), ngram
 drafts leave the qwen3_moe fixture's golden unchanged, --json reports the acceptance length, bench
 reports the step costs, and bad configurations fail with one clear line naming the flag."""
 import json
@@ -37,11 +38,12 @@ def test_tiny_greedy_output_is_unchanged_and_acceptance_is_reported(run_moet):
 
 def test_fixture_mtp_and_ngram_keep_the_golden(run_moet):
     ngram = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2})
-    cases = [(name, mtp(k)) for name in ("deepseek_v3", "deepseek_v3_fp8") for k in (1, 2, 3)]
+    cases = [(name, mtp(k)) for name in ("deepseek_v3", "deepseek_v3_fp8", "glm_moe_dsa") for k in (1, 2, 3)]
     for name, config in cases + [("qwen3_moe", ngram)]:
         golden = json.loads((FIXTURES / name / "golden.json").read_text())
         out = generate(run_moet, FIXTURES / name, "--prompt-ids", ",".join(map(str, golden["prompt_ids"])),
-                       "--max-tokens", len(golden["greedy_ids"]), "--speculative-config", config)
+                       "--max-tokens", len(golden["greedy_ids"]), "--speculative-config", config,
+                       *(("--kv-cache-dtype", "fp32") if name == "glm_moe_dsa" else ()))
         assert out["output_ids"] == golden["greedy_ids"], name
 
 
