@@ -213,8 +213,10 @@ class Backend {
   virtual uint64_t memory_available() const = 0;
 
   virtual void begin_step(const StepInputs& step) = 0;
-  // out[t, :] = table[step.tokens[t], :].
-  virtual void embedding(const Tensor& table, Tensor& out) = 0;
+  // out[t, :] = table[step.tokens[t] - first_row, :] when the token is one of the table's rows
+  // [first_row, first_row + rows), else zeros (a vocab-parallel rank's part of the embedding; the
+  // ranks' rows sum to the whole lookup exactly). A token outside the vocabulary is an error.
+  virtual void embedding(const Tensor& table, int64_t first_row, Tensor& out) = 0;
   // Normalises each `dim`-wide group of x (rows of width dim, or per head when dim < cols).
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
   // The decoder's residual step: residual += delta, then out = rmsnorm(residual) per row (same
@@ -269,7 +271,8 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const ExpertSet& experts, const Tensor& expert_ids,
                            const Tensor& weights, Tensor& out, bool accumulate = false) = 0;
   // dst[r, dst_offset : +width] = src[r, src_offset : +width] for r < rows, where a row is
-  // src_stride / dst_stride floats (heads of a [T, H, D] tensor are rows of stride D).
+  // src_stride / dst_stride 4-byte elements (F32 or I32: copied bit for bit; heads of a [T, H, D]
+  // tensor are rows of stride D; an offset may pass a row's end: it counts elements from the start).
   virtual void copy_columns(const Tensor& src, int64_t src_stride, int64_t src_offset, Tensor& dst,
                             int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width) = 0;
   // values[r, :] / ids[r, :] = the k best logits of row r of logits [rows, vocab] and their

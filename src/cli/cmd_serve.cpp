@@ -31,6 +31,7 @@ struct ServeFlags {
   ExpertOptions experts;
   SpeculativeOptions speculative;
   KvCacheOptions kv_cache;
+  ParallelOptions parallel;
   server::ServerOptions server;
   EngineConfig engine;
   double shutdown_timeout = 30.0;
@@ -85,7 +86,8 @@ void run(ServeFlags flags) {
   }
   flags.engine.speculative = flags.speculative.resolve(flags.device);
   const bool mtp = flags.engine.speculative.method == SpeculativeConfig::Method::mtp;
-  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts, flags.kv_cache},
+  LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts, flags.kv_cache,
+                                               flags.parallel},
                                   flags.engine.max_num_seqs, mtp);
   AsyncEngine engine(*loaded.model, tokenizer, flags.engine);
   const EngineConfig& ec = engine.config();
@@ -158,6 +160,7 @@ void register_serve(CLI::App& app, Actions& actions) {
   flags->experts.add_to(*sub);
   flags->speculative.add_to(*sub);
   flags->kv_cache.add_to(*sub);
+  flags->parallel.add_to(*sub);
   auto& s = flags->server;
   auto& e = flags->engine;
   sub->add_option("--host", s.host, "address to listen on (0.0.0.0 for every interface)")->capture_default_str();

@@ -52,11 +52,12 @@ void DeviceOptions::add_to(CLI::App& sub) {
       ->envname("MOET_CUDA_PROFILE");
 }
 
-std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
+std::unique_ptr<Backend> backend_create(const DeviceOptions& options, int gpu) {
   if (options.device == "cpu")
     return cpu_backend_create({options.threads, options.cpu_portable ? CpuIsa::portable : cpu_isa_best()});
 #ifdef MOET_HAVE_CUDA
   CudaBackendOptions cuda;
+  cuda.device = gpu;
   cuda.memory_utilization = options.gpu_memory_utilization;
   cuda.memory_limit_gib = options.gpu_memory_limit_gib;
   cuda.graphs = options.cuda_graphs == "on";
@@ -66,6 +67,7 @@ std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
   cuda.profile = options.cuda_profile;
   return cuda_backend_create(cuda);
 #else
+  (void)gpu;
   fail("--device {}: this moet was built without CUDA (nvcc was not found at configure time)", options.device);
 #endif
 }
@@ -97,6 +99,7 @@ void ModelOptions::add_to(CLI::App& sub) {
   device.add_to(sub);
   experts.add_to(sub);
   kv_cache.add_to(sub);
+  parallel.add_to(sub);
 }
 
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
@@ -125,8 +128,28 @@ LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool 
   load.load_mtp = load_mtp;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   family_device_gate(loaded.checkpoint->config(), options.device);  // before the device is opened
-  loaded.backend = backend_create(options.device);
-  loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load);
+  const ParallelOptions& parallel = options.parallel;
+  if (!parallel.split()) {
+    loaded.backend = backend_create(options.device);
+    loaded.model = model_load(*loaded.checkpoint, *loaded.backend, nullptr, load);
+  } else {
+    parallel_device_gate(options.device, parallel);
+    const ModelConfig config = model_config_parse(loaded.checkpoint->config());
+    parallel_check(config, parallel.config());  // before any rank or rendezvous
+    parallel_check(load, parallel.config());
+    const std::string description =
+        fmt::format("{} (checkpoint {}), tensor-parallel-size {}{}, {} nodes", options.model_dir,
+                    loaded.checkpoint->identity(), parallel.tensor_parallel_size,
+                    parallel.enable_expert_parallel ? " with expert parallelism" : "", parallel.nnodes);
+    loaded.group = comm_group_create(options.device, parallel, description);
+    const Checkpoint& checkpoint = *loaded.checkpoint;
+    const ParallelLoad ranks{loaded.group.get(), parallel.enable_expert_parallel,
+                             [&](int local) { return rank_backend_create(options.device, parallel, local); },
+                             [&](Backend& backend, const ModelLoadOptions& own) {
+                               return model_load(checkpoint, backend, nullptr, own);
+                             }};
+    loaded.model = parallel_model_load(config, ranks, load);
+  }
   loaded.model->set_kv_cache_dtype(kv_dtype);
   return loaded;
 }

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "cli/expert_options.h"
+#include "cli/parallel_options.h"
 #include "io/checkpoint.h"
 #include "models/model.h"
 
@@ -34,8 +35,9 @@ struct DeviceOptions {
   void add_to(CLI::App& sub);
 };
 
-// The backend the options name; fails with a one-line message for cuda in a CPU-only build.
-std::unique_ptr<Backend> backend_create(const DeviceOptions& options);
+// The backend the options name (cuda: on GPU `gpu`); fails with a one-line message for cuda in a
+// CPU-only build.
+std::unique_ptr<Backend> backend_create(const DeviceOptions& options, int gpu = 0);
 
 // --kv-cache-dtype auto|fp32|bf16|fp8|fp8_e4m3|fp8_e5m2|nvfp4 (vLLM's names; auto = bf16).
 struct KvCacheOptions {
@@ -55,13 +57,15 @@ struct ModelOptions {
   DeviceOptions device;
   ExpertOptions experts;
   KvCacheOptions kv_cache;
+  ParallelOptions parallel;
 
   void add_to(CLI::App& sub);
 };
 
 struct LoadedModel {
   std::unique_ptr<Checkpoint> checkpoint;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Backend> backend;  // null for a split model (its ranks own theirs)
+  std::unique_ptr<CommGroup> group;  // a split model's ranks (outlives the model)
   std::unique_ptr<Model> model;
 };
 
@@ -70,7 +74,8 @@ struct LoadedModel {
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows);
 // Fails with one line for a family this device cannot run yet (GLM-5 and DeepSeek-V4 on CUDA).
 void family_device_gate(const nlohmann::json& config, const DeviceOptions& device);
-// load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp).
+// load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp). With
+// --tensor-parallel-size > 1 a ParallelModel over comm_group_create()'s ranks (models/parallel_model.h).
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1, bool load_mtp = false);
 
 }  // namespace moet::cli

@@ -49,7 +49,7 @@ class ResidencyHook final : public StepHook {
 
 StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size, std::span<const KvLayerSpec> specs)
     : model_(model),
-      cache_(kv_cache_create(model.backend(), specs.empty() ? model.kv_layer_specs() : specs, blocks, block_size)),
+      cache_(model.kv_cache_create(specs.empty() ? model.kv_layer_specs() : specs, blocks, block_size)),
       id_(next_runner_id++) {
   if (ExpertResidency* residency = model.experts().residency()) {
     residency_ = std::make_unique<ResidencyHook>(*residency);

@@ -41,14 +41,17 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
     : checkpoint_(checkpoint), config_(config), options_(options), pool_(0) {
   if (options_.experts == ExpertMode::native) return;
   const StoreFormat format = store_format_of(options_.experts);
-  spec_ = checkpoint_ != nullptr ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode)
+  const int rank = options_.shard.rank, world = options_.shard.size;
+  spec_ = checkpoint_ != nullptr ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world)
                                  : random_pack_spec(config_, format);
+  spec_->rank = rank;
+  spec_->world = world;
   slot_.resize(spec_->layout().stride);
   if (options_.pack_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(options_.pack_dir, ec);
   MOET_CHECK(!ec, "pack directory {} cannot be made: {}", options_.pack_dir.string(), ec.message());
-  paths_ = moet::pack_paths(options_.pack_dir, format, 0, 1);
+  paths_ = moet::pack_paths(options_.pack_dir, format, rank, world);
   const bool built = checkpoint_ != nullptr
                          ? pack_ensure(*paths_, *spec_, checkpoint_expert_sources(*checkpoint_, config_), pool_)
                          : pack_ensure_rows(*paths_, *spec_, [this](int64_t, int64_t, uint8_t* slot) { fill_random(slot); });

@@ -6,11 +6,14 @@
 // For w2/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
 // (io/pack_format.h), quantized at load or, with a pack directory, read from a pack file that
 // is built on the first start and reused afterwards (stale packs are rebuilt, never used).
+// A rank of a parallel model (ModelLoadOptions::shard) loads only its contiguous range of every
+// layer's experts, and its pack is the rank's file (experts-<format>-rank<r>of<w>).
 // The loader hands what it makes to an ExpertUploadSink (the model's weight loader implements
 // it), so this module never calls back into models/.
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "core/random_bytes.h"
 #include "core/thread_pool.h"
 #include "formats/mx_block.h"
@@ -40,6 +43,7 @@ struct ModelLoadOptions {
   std::optional<Fp4TierConfig> fp4_tier;  // the FP4 recovery tier over W2 experts
   double dummy_zipf = 0.0;  // invented models (model_load_random): routers skewed to Zipf(this); 0: uniform
   bool load_mtp = false;    // also load the MTP layer (models/mtp.h: --speculative-config mtp)
+  ShardSpec shard;          // the rank of a parallel model this load is for (docs/parallel.md)
 };
 
 // Where the loader's tensors go: backend memory, counted as routed-expert bytes.
@@ -63,6 +67,9 @@ class ExpertLoader {
   ~ExpertLoader();
   // The format and shapes every expert this loader makes has.
   ExpertLayout layout() const;
+  // The experts of every layer this rank holds: [expert_begin(), expert_end()).
+  int64_t expert_begin() const { return options_.shard.begin(config_.n_routed_experts); }
+  int64_t expert_end() const { return options_.shard.end(config_.n_routed_experts); }
   // The expert uploaded into backend memory.
   ExpertWeights load(ExpertUploadSink& sink, int64_t layer, int64_t expert);
   // W2 / FP4: where the planes sit in a row (a pack slot), and the row of (layer, expert) into

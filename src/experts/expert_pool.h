@@ -35,8 +35,9 @@ class ExpertPool {
   ExpertPool(Backend& backend, int64_t layers, int64_t experts_per_layer);
   ~ExpertPool();
 
-  // Loads every expert of `layer` through `loader` and builds the layer's table (tiered: an
-  // all-absent table; the rows are the store's).
+  // Loads the experts of `layer` that `loader` holds (all of them; a rank of a parallel model: its
+  // range, the others absent) and builds the layer's table (tiered: an all-absent table; the rows
+  // are the store's).
   void load_layer(int64_t layer, ExpertLoader& loader, ExpertUploadSink& sink);
 
   void plan_tiering(const TieringConfig& config);

@@ -55,6 +55,9 @@ struct KvCache {
   int64_t blocks = 0;
   int64_t block_size = 0;
   std::vector<KvLayerCache> layers;
+  // A model split over ranks (models/parallel_model.h): the caches of ranks 1, 2, ... (the same
+  // specs, blocks and slots, each in its rank's backend); `layers` is rank 0's.
+  std::vector<KvCache> ranks;
 };
 
 // Allocates one cache per spec in the backend's memory (zeroed). Fails with a clear error for a

@@ -6,6 +6,10 @@
 // the same function as expanding K/V per head, with one cache row per token for all heads.
 // GLM-5 (DeepSeek sparse attention): each row attends only to the keys the lightning indexer
 // chose (models/dsa_indexer.h): this layer's own indexer, or the last one that ran before it.
+// A rank of a tensor-parallel model (docs/parallel.md) holds its part of the heads (q_b_proj /
+// q_proj rows, kv_b_proj's heads, o_proj's columns; o_proj's bias on rank 0) and sums the ranks'
+// outputs with one all-reduce; the latent projections, the cache row and the indexer are whole on
+// every rank (every rank writes the same latent row).
 #include "models/blocks.h"
 
 #include "core/error.h"
@@ -20,9 +24,16 @@ namespace {
 class MlaAttention final : public AttentionBlock {
  public:
   MlaAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p, bool sparse, bool runs_indexer)
-      : heads_(c.num_attention_heads), rank_(c.kv_lora_rank), nope_(c.qk_nope_head_dim),
+      : heads_(c.num_attention_heads / loader.shard().size), rank_(c.kv_lora_rank), nope_(c.qk_nope_head_dim),
         rope_dim_(c.qk_rope_head_dim), v_dim_(c.v_head_dim), scale_(float(c.attention_scale())),
-        sparse_(sparse), kv_spec_(mla_kv_spec(c)), rope_(rope_table_build(c.rope)) {
+        sparse_(sparse), kv_spec_(mla_kv_spec(c)), rope_(rope_table_build(c.rope)), comm_(loader.shard().comm) {
+    const ShardSpec& shard = loader.shard();
+    MOET_CHECK(c.num_attention_heads % shard.size == 0,
+               "--tensor-parallel-size {}: the {} attention heads are not divisible by it", shard.size,
+               c.num_attention_heads);
+    const int64_t all_heads = c.num_attention_heads, first = shard.rank * heads_;
+    // Head h's rows of a per-head [heads * width, k] projection.
+    const auto head_rows = [&](int64_t width) { return WeightPart::rows(first * width, (first + heads_) * width); };
     if (runs_indexer) {
       indexer_ = std::make_unique<DsaIndexer>(c, loader, p);
       indexer_spec_ = DsaIndexer::kv_spec(c);
@@ -33,17 +44,20 @@ class MlaAttention final : public AttentionBlock {
       q_a_ = loader.matmul_weight(p + "q_a_proj.weight", {c.q_lora_rank, hidden});
       if (c.attention_bias) q_a_bias_ = loader.weight_f32(p + "q_a_proj.bias", {c.q_lora_rank});
       q_a_norm_ = loader.weight_f32(p + "q_a_layernorm.weight", {c.q_lora_rank});
-      q_b_ = loader.matmul_weight(p + "q_b_proj.weight", {heads_ * qk, c.q_lora_rank});
+      q_b_ = loader.matmul_weight(p + "q_b_proj.weight", {all_heads * qk, c.q_lora_rank}, head_rows(qk));
     } else {
-      q_b_ = loader.matmul_weight(p + "q_proj.weight", {heads_ * qk, hidden});
+      q_b_ = loader.matmul_weight(p + "q_proj.weight", {all_heads * qk, hidden}, head_rows(qk));
     }
     kv_a_ = loader.matmul_weight(p + "kv_a_proj_with_mqa.weight", {rank_ + rope_dim_, hidden});
     if (c.attention_bias) kv_a_bias_ = loader.weight_f32(p + "kv_a_proj_with_mqa.bias", {rank_ + rope_dim_});
     kv_a_norm_ = loader.weight_f32(p + "kv_a_layernorm.weight", {rank_});
     // Split per head for head_matmul, which takes no FP8: an FP8 kv_b_proj is decoded to F32.
-    split_kv_b(loader.backend(), loader.info(p + "kv_b_proj.weight", {heads_ * (nope_ + v_dim_), rank_}));
-    o_ = loader.matmul_weight(p + "o_proj.weight", {hidden, heads_ * v_dim_});
-    if (c.attention_bias) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
+    split_kv_b(loader.backend(),
+               loader.info(p + "kv_b_proj.weight", {all_heads * (nope_ + v_dim_), rank_}, head_rows(nope_ + v_dim_)));
+    const WeightPart v_rows = head_rows(v_dim_);
+    o_ = loader.matmul_weight(p + "o_proj.weight", {hidden, all_heads * v_dim_},
+                              WeightPart::cols(v_rows.row_begin, v_rows.row_end));
+    if (c.attention_bias && shard.rank == 0) o_bias_ = loader.weight_f32(p + "o_proj.bias", {hidden});
   }
 
   std::vector<KvLayerSpec> kv_specs() const override {
@@ -93,6 +107,7 @@ class MlaAttention final : public AttentionBlock {
     Tensor o_heads = b.alloc({rows, heads_ * v_dim_});
     b.head_matmul(o_latent, heads_, rank_, w_uv_, o_heads, v_dim_);
     b.matmul(o_heads, o_, &o_bias_, out);
+    if (comm_) comm_->all_reduce(out);
   }
 
  private:
@@ -122,6 +137,7 @@ class MlaAttention final : public AttentionBlock {
   KvLayerSpec kv_spec_, indexer_spec_;
   RopeTable rope_;
   std::unique_ptr<DsaIndexer> indexer_;
+  Communicator* comm_;
   Tensor q_a_, q_a_bias_, q_a_norm_, q_b_, kv_a_, kv_a_bias_, kv_a_norm_, w_uk_t_, w_uv_, o_, o_bias_;
 };
 

@@ -50,6 +50,15 @@ class FfnBlock {
 KvLayerSpec gqa_kv_spec(const ModelConfig& config);
 KvLayerSpec mla_kv_spec(const ModelConfig& config);
 
+// The heads a rank of a tensor-parallel model holds: query heads [first_head, first_head + heads)
+// and the KV heads they read, [first_kv_head, first_kv_head + kv_heads). With fewer KV heads than
+// ranks each rank holds the one KV head of its query heads (size / KV ranks hold each). Fails with
+// a one-line error naming --tensor-parallel-size when the heads cannot be split.
+struct GqaHeads {
+  int64_t heads = 0, first_head = 0, kv_heads = 0, first_kv_head = 0;
+};
+GqaHeads gqa_heads(const ModelConfig& config, const ShardSpec& shard);
+
 // GQA attention; `prefix` is "model.layers.N.self_attn.", `layer` N.
 std::unique_ptr<AttentionBlock> gqa_attention_load(const ModelConfig& config, WeightLoader& loader,
                                                    const std::string& prefix, int64_t layer);
@@ -63,12 +72,15 @@ std::unique_ptr<AttentionBlock> mla_attention_load(const ModelConfig& config, We
 std::vector<KvLayerSpec> mla_layer_kv_specs(const ModelConfig& config, int64_t layer);
 
 // Dense SiLU MLP with gate/up/down names under `prefix` ("model.layers.N.mlp."); names: the
-// checkpoint's names of the three projections; swiglu_limit > 0: the SwiGLU clamp.
+// checkpoint's names of the three projections; swiglu_limit > 0: the SwiGLU clamp. Tensor-parallel
+// (loader.shard()): each rank holds a part of the intermediate columns; reduce: the ranks' outputs
+// are summed by the block (false: a MoE block's shared experts, summed by the MoE block).
 struct MlpNames {
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
 };
 std::unique_ptr<FfnBlock> dense_mlp_load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
-                                         int64_t inner, const MlpNames& names = {}, float swiglu_limit = 0.0f);
+                                         int64_t inner, const MlpNames& names = {}, float swiglu_limit = 0.0f,
+                                         bool reduce = true);
 // The MoE block of `layer`: router `<moe_prefix>gate.weight`, optional correction bias, the routed
 // experts (names from config.expert_tensor_names) loaded by `experts` into the pool's layer
 // `layer`, where the block reads them at every forward, and shared experts
@@ -129,6 +141,10 @@ class DecoderModel final : public Model {
   std::span<KvLayerCache> layer_caches(KvCache& cache, size_t l) const;
   // The layers with hyper-connections into `normed` (the final norm's output): DeepSeek-V4.
   void forward_hyper(StepContext& ctx, KvCache& cache, Tensor& normed);
+  // The step's token embeddings into `out` (a vocab-parallel rank: its rows, then all-reduced).
+  void embed(Tensor& out);
+  // logits [rows, vocab] = normed @ head^T (a vocab-parallel rank: its columns, then gathered).
+  void head_logits(const Tensor& normed, const Tensor& head, Tensor& logits);
 
   ModelConfig config_;
   Backend& backend_;
@@ -139,6 +155,7 @@ class DecoderModel final : public Model {
   std::vector<size_t> cache_offset_;  // per layer (MTP last), its first cache in kv_specs_
   ExpertPool experts_;
   std::unique_ptr<MtpLayer> mtp_;
+  ShardSpec shard_;  // this rank of a parallel model (load_common() takes the loader's)
 };
 
 }  // namespace moet

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "models/rope_table.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace moet {
@@ -53,22 +54,38 @@ RopeTable pairs_rope(const RopeConfig& config) {
 class CompressedAttention final : public AttentionBlock {
  public:
   CompressedAttention(const ModelConfig& c, WeightLoader& loader, const std::string& p, int64_t layer)
-      : heads_(c.num_attention_heads), dim_(c.head_dim), rope_dim_(c.qk_rope_head_dim), groups_(c.o_groups),
-        o_rank_(c.o_lora_rank), window_(c.sliding_window), ratio_(layer_ratio(c, layer)),
-        eps_(float(c.rms_norm_eps)), rope_(pairs_rope(ratio_ > 0 ? c.compress_rope : c.rope)),
-        kv_specs_(compressed_attention_kv_specs(c, layer)) {
-    MOET_CHECK(heads_ % groups_ == 0, "config.json: o_groups {} must divide num_attention_heads {}", groups_, heads_);
-    const int64_t hidden = c.hidden_size, in_group = heads_ * dim_ / groups_;
+      : dim_(c.head_dim), rope_dim_(c.qk_rope_head_dim), o_rank_(c.o_lora_rank), window_(c.sliding_window),
+        ratio_(layer_ratio(c, layer)), eps_(float(c.rms_norm_eps)),
+        rope_(pairs_rope(ratio_ > 0 ? c.compress_rope : c.rope)), kv_specs_(compressed_attention_kv_specs(c, layer)),
+        comm_(loader.shard().comm) {
+    const int64_t all_heads = c.num_attention_heads, all_groups = c.o_groups, size = loader.shard().size;
+    MOET_CHECK(all_heads % all_groups == 0, "config.json: o_groups {} must divide num_attention_heads {}", all_groups,
+               all_heads);
+    // A rank's heads [first, first + heads_) cover whole output groups, or lie inside one group (whose
+    // low-rank projection the ranks then sum: it is linear in the group's heads).
+    const int64_t group_heads = all_heads / all_groups;
+    heads_ = all_heads / size;
+    MOET_CHECK(all_heads % size == 0 && (heads_ % group_heads == 0 || group_heads % heads_ == 0),
+               "--tensor-parallel-size {}: the {} attention heads in {} output groups cannot be split", size,
+               all_heads, all_groups);
+    const int64_t first = loader.shard().rank * heads_, first_group = first / group_heads;
+    groups_ = std::max<int64_t>(1, heads_ / group_heads);
+    const int64_t hidden = c.hidden_size, in_group = group_heads * dim_, in_part = heads_ * dim_ / groups_;
+    const int64_t in_first = heads_ < group_heads ? (first % group_heads) * dim_ : 0;
     q_a_ = loader.matmul_weight(p + "wq_a.weight", {c.q_lora_rank, hidden});
     q_norm_ = loader.weight_f32(p + "q_norm.weight", {c.q_lora_rank});
-    q_b_ = loader.matmul_weight(p + "wq_b.weight", {heads_ * dim_, c.q_lora_rank});
+    q_b_ = loader.matmul_weight(p + "wq_b.weight", {all_heads * dim_, c.q_lora_rank},
+                                WeightPart::rows(first * dim_, (first + heads_) * dim_));
     kv_ = loader.matmul_weight(p + "wkv.weight", {dim_, hidden});
     kv_norm_ = loader.weight_f32(p + "norm.weight", {dim_});
     // wo_a [groups * o_rank, in_group] is [groups, o_rank, in_group] for head_matmul (no FP8 there).
-    o_a_ = loader.weight(p + "wo_a.weight", {groups_ * o_rank_, in_group});
-    o_a_.shape = {groups_, o_rank_, in_group};
-    o_b_ = loader.matmul_weight(p + "wo_b.weight", {hidden, groups_ * o_rank_});
-    sinks_ = loader.weight_f32(p + "attn_sink", {heads_});
+    const WeightPart group_rows = WeightPart::rows(first_group * o_rank_, (first_group + groups_) * o_rank_);
+    o_a_ = loader.weight(p + "wo_a.weight", {all_groups * o_rank_, in_group},
+                         {group_rows.row_begin, group_rows.row_end, in_first, in_first + in_part});
+    o_a_.shape = {groups_, o_rank_, in_part};
+    o_b_ = loader.matmul_weight(p + "wo_b.weight", {hidden, all_groups * o_rank_},
+                                WeightPart::cols(group_rows.row_begin, group_rows.row_end));
+    sinks_ = loader.weight_f32(p + "attn_sink", {all_heads}, WeightPart::rows(first, first + heads_));
     const std::vector<float> ones(size_t(dim_), 1.0f);
     ones_ = loader.backend().upload(HostTensor{p + "(unweighted q norm)", DType::f32, {dim_},
                                                reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * 4, ""});
@@ -119,6 +136,7 @@ class CompressedAttention final : public AttentionBlock {
     Tensor grouped = b.alloc({rows, groups_ * o_rank_});
     b.head_matmul(o, groups_, heads_ * dim_ / groups_, o_a_, grouped, o_rank_);
     b.matmul(grouped, o_b_, nullptr, out);
+    if (comm_) comm_->all_reduce(out);
   }
 
  private:
@@ -135,11 +153,12 @@ class CompressedAttention final : public AttentionBlock {
     b.indexer_topk(entries, q, index_heads_, weights, float(1.0 / std::sqrt(double(index_dim_))), ratio_, chosen);
   }
 
-  int64_t heads_, dim_, rope_dim_, groups_, o_rank_, window_, ratio_;
+  int64_t heads_ = 0, dim_, rope_dim_, groups_ = 0, o_rank_, window_, ratio_;  // heads_, groups_: this rank's
   int64_t index_heads_ = 0, index_dim_ = 0, index_topk_ = 0;
   float eps_;
   RopeTable rope_;
   std::vector<KvLayerSpec> kv_specs_;
+  Communicator* comm_;
   Tensor q_a_, q_norm_, q_b_, kv_, kv_norm_, o_a_, o_b_, sinks_, ones_, index_q_, index_weights_;
   Compressor compressor_, index_compressor_;
 };

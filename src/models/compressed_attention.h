@@ -17,7 +17,9 @@
 // sits in the slot of the position that closed its window, so every cache is an ordinary paged
 // cache of one row per token (the slots of other positions stay unused). Caches, in order: the
 // kv rows; with compression the compressor's states and its entries; with the indexer its states
-// and entries.
+// and entries. A rank of a tensor-parallel model holds its heads (with their sinks and their part
+// of the output groups) and sums the ranks' outputs with one all-reduce; the shared key, the
+// compressors and the indexer are whole on every rank.
 #pragma once
 
 #include "models/blocks.h"

@@ -1,4 +1,6 @@
-// The generic decoder stack (see blocks.h).
+// The generic decoder stack (see blocks.h). A rank of a tensor-parallel model (docs/parallel.md)
+// holds its part of the vocabulary: its embedding rows (other tokens look up zeros; one all-reduce
+// assembles the lookup exactly) and its LM-head rows (each rank's logit columns, gathered).
 #include "models/arch/arch.h"
 #include "models/blocks.h"
 #include "models/hyper_connection.h"
@@ -30,13 +32,17 @@ void DecoderModel::set_mtp(std::unique_ptr<MtpLayer> mtp) {
 
 void DecoderModel::load_common(WeightLoader& loader) {
   const int64_t vocab = config_.vocab_size, hidden = config_.hidden_size;
+  shard_ = loader.shard();
+  MOET_CHECK(shard_.end(vocab) > shard_.begin(vocab), "--tensor-parallel-size {} exceeds the vocabulary of {}",
+             shard_.size, vocab);
+  const WeightPart rows = WeightPart::rows(shard_.begin(vocab), shard_.end(vocab));
   // The embedding (and an LM head, which may be the same tensor) stays BF16/F32: FP8 ones decode.
-  embed_ = loader.weight(config_.embed_name, {vocab, hidden});
+  embed_ = loader.weight(config_.embed_name, {vocab, hidden}, rows);
   final_norm_ = loader.weight_f32(config_.final_norm_name, {hidden});
   if (config_.tie_word_embeddings && !loader.has(config_.lm_head_name)) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = loader.weight(config_.lm_head_name, {vocab, hidden});
+    lm_head_ = loader.weight(config_.lm_head_name, {vocab, hidden}, rows);
   }
   layers_.resize(size_t(config_.num_hidden_layers));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
@@ -167,7 +173,7 @@ Tensor DecoderModel::forward_body(const ForwardBatch& batch, KvCache& cache) {
   Tensor branch = backend_.alloc({rows, hidden});
   const float eps = float(config_.rms_norm_eps);
   // Each block's output joins the residual stream in one op with the norm that follows it.
-  backend_.embedding(embed_, residual);
+  embed(residual);
   backend_.rmsnorm(residual, layers_.front().input_norm, eps, normed);
   for (size_t l = 0; l < layers_.size(); ++l) {
     DecoderLayer& layer = layers_[l];
@@ -192,7 +198,7 @@ void DecoderModel::forward_hyper(StepContext& ctx, KvCache& cache, Tensor& norme
   Tensor streams = b.alloc({rows, hc, hidden});
   Tensor collapsed = b.alloc({rows, hidden}), branch = b.alloc({rows, hidden});
   Tensor post = b.alloc({rows, hc}), comb = b.alloc({rows, hc, hc});
-  b.embedding(embed_, collapsed);
+  embed(collapsed);
   for (int64_t i = 0; i < hc; ++i) b.copy_columns(collapsed, hidden, 0, streams, hc * hidden, i * hidden, rows, hidden);
   const auto block = [&](const HyperConnection& hyper, const Tensor& norm, const auto& run) {
     const HyperConnectionWeights w = hyper.weights(config_);
@@ -226,6 +232,33 @@ Tensor DecoderModel::mtp_body(const ForwardBatch& batch, KvCache& cache) {
   return packed;
 }
 
+void DecoderModel::embed(Tensor& out) {
+  backend_.embedding(embed_, shard_.begin(config_.vocab_size), out);
+  if (shard_.comm) shard_.comm->all_reduce(out);
+}
+
+void DecoderModel::head_logits(const Tensor& normed, const Tensor& head, Tensor& logits) {
+  if (!shard_.comm) return backend_.matmul(normed, head, nullptr, logits);
+  // Each rank's columns into a part of ceil(vocab / N) columns (equal parts for the gather), then
+  // every part into its place in the rows.
+  const int64_t rows = normed.rows(), vocab = config_.vocab_size, n = shard_.size, part = (vocab + n - 1) / n;
+  const int64_t width = head.dim(0);
+  Tensor mine = backend_.alloc({rows, part});
+  if (width == part) {
+    backend_.matmul(normed, head, nullptr, mine);
+  } else {
+    Tensor own = backend_.alloc({rows, width});
+    backend_.matmul(normed, head, nullptr, own);
+    backend_.copy_columns(own, width, 0, mine, part, 0, rows, width);
+  }
+  Tensor all = backend_.alloc({n * rows, part});
+  shard_.comm->all_gather(mine, all);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t begin = vocab * r / n, end = vocab * (r + 1) / n;
+    backend_.copy_columns(all, part, r * rows * part, logits, vocab, begin, rows, end - begin);
+  }
+}
+
 void DecoderModel::write_outputs(const ForwardBatch& batch, const Tensor& normed, const Tensor& head, Tensor& packed) {
   const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size, vocab = config_.vocab_size;
   const OutputLayout layout = output_layout(batch, vocab, hidden);
@@ -246,7 +279,7 @@ void DecoderModel::write_outputs(const ForwardBatch& batch, const Tensor& normed
   const Tensor last_normed = gathered(batch.logit_rows, {});
   Tensor logits = batch.top_k == 0 ? output_view(packed, 0, DType::f32, {out_rows, vocab})
                                    : backend_.alloc({out_rows, vocab});
-  backend_.matmul(last_normed, head, nullptr, logits);
+  head_logits(last_normed, head, logits);
   if (batch.top_k > 0) {
     Tensor values = output_view(packed, 0, DType::f32, {out_rows, batch.top_k});
     Tensor ids = output_view(packed, out_rows * batch.top_k, DType::i32, {out_rows, batch.top_k});

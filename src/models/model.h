@@ -81,6 +81,12 @@ class Model {
   virtual ExpertPool& experts() = 0;
   // Whether the MTP layer was loaded (ModelLoadOptions::load_mtp); its KV spec is the last.
   virtual bool has_mtp() const = 0;
+  // A KV cache of `specs` (the model's, or the same layers in another dtype) with `blocks` blocks
+  // of `block_size` slots, zeroed, for forward(): in backend() memory (a model split over ranks:
+  // every rank's, KvCache::ranks).
+  virtual KvCache kv_cache_create(std::span<const KvLayerSpec> specs, int64_t blocks, int64_t block_size) {
+    return moet::kv_cache_create(backend(), specs, blocks, block_size);
+  }
   virtual StepOutput forward(const ForwardBatch& batch, KvCache& cache) = 0;
 };
 

@@ -61,7 +61,7 @@ void MtpLayer::forward(StepContext& ctx, const std::vector<float>& hidden, std::
   Tensor h = b.alloc({rows, width});
   b.from_host(hidden.data(), h);
   Tensor e = b.alloc({rows, width});
-  b.embedding(embed, e);
+  b.embedding(embed, 0, e);
   b.rmsnorm(e, enorm, eps, e);
   b.rmsnorm(h, hnorm, eps, h);
   Tensor both = b.alloc({rows, 2 * width});

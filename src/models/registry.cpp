@@ -4,6 +4,7 @@
 #include "core/progress.h"
 #include "models/arch/arch.h"
 #include "models/mtp.h"
+#include "models/parallel_model.h"
 
 #include <fmt/ranges.h>
 
@@ -36,6 +37,10 @@ void layer_blocks_load(const ArchSpec& spec, const ModelConfig& config, WeightLo
 // says; with options.load_mtp the MTP layer after them (MoE when the checkpoint has a router there).
 std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& config, WeightLoader& loader,
                                      ExpertLoader& experts, Backend& backend, const ModelLoadOptions& options) {
+  const ParallelConfig parallel{options.shard.size, options.shard.expert_parallel};
+  parallel_check(config, parallel);
+  parallel_check(options, parallel);
+  loader.set_shard(options.shard);
   if (options.load_mtp) {
     mtp_require(config, loader);
     MOET_CHECK(!options.tiering, "--speculative-config method mtp: the expert cache does not hold the MTP layer's "
@@ -82,10 +87,11 @@ std::unique_ptr<Model> decoder_build(const ArchSpec& spec, const ModelConfig& co
 std::unique_ptr<Model> model_load(const Checkpoint& checkpoint, Backend& backend, LoadStats* stats,
                                   const ModelLoadOptions& options) {
   const ModelConfig config = model_config_parse(checkpoint.config());
-  MOET_LOG_INFO("loading {} ({} layers{}, {} experts top-{}, experts as {}) from {} on {}", config.family,
+  MOET_LOG_INFO("loading {} ({} layers{}, {} experts top-{}, experts as {}) from {} on {}{}", config.family,
                 config.num_hidden_layers, options.load_mtp ? " + MTP" : "", config.n_routed_experts,
                 config.num_experts_per_tok, expert_mode_name(options.experts), checkpoint.dir().string(),
-                backend.name());
+                backend.name(),
+                options.shard.sharded() ? fmt::format(" (rank {} of {})", options.shard.rank, options.shard.size) : "");
   WeightLoader loader(checkpoint, backend);
   ExpertLoader experts(&checkpoint, config, options);
   auto model = decoder_build(arch_for_family(config.family), config, loader, experts, backend, options);

@@ -60,6 +60,40 @@ HostTensor as_bytes(HostTensor info) {
   return info;
 }
 
+// A WeightPart resolved against a full shape [n] or [n, ...]: rows [r0, r1) of n, columns [c0, c1)
+// of the rest (cols of them).
+struct PartRange {
+  int64_t r0, r1, c0, c1, cols;
+  bool all_columns() const { return c0 == 0 && c1 == cols; }
+};
+
+PartRange resolve(const std::string& name, const std::vector<int64_t>& shape, const WeightPart& part) {
+  MOET_CHECK(!shape.empty(), "tensor '{}': a part of a scalar", name);
+  int64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  const PartRange p{part.row_begin, part.row_end < 0 ? shape[0] : part.row_end, part.col_begin,
+                    part.col_end < 0 ? cols : part.col_end, cols};
+  MOET_CHECK(0 <= p.r0 && p.r0 < p.r1 && p.r1 <= shape[0] && 0 <= p.c0 && p.c0 < p.c1 && p.c1 <= cols &&
+                 (p.all_columns() || shape.size() == 2),
+             "tensor '{}' [{}]: no part rows [{}, {}) columns [{}, {})", name, fmt::join(shape, ", "), p.r0, p.r1,
+             p.c0, p.c1);
+  return p;
+}
+
+// The shape of `part` of a tensor of `shape`.
+std::vector<int64_t> part_shape(const std::string& name, const std::vector<int64_t>& shape, const WeightPart& part) {
+  if (part.whole()) return shape;
+  const PartRange p = resolve(name, shape, part);
+  std::vector<int64_t> out = shape;
+  out[0] = p.r1 - p.r0;
+  if (shape.size() == 2) out[1] = p.c1 - p.c0;
+  return out;
+}
+
+// Whether [begin, end) of an FP8-block dimension keeps its 128-blocks: it starts on a block edge or
+// lies inside one block (the part's own blocks are then the checkpoint's).
+bool fp8_part_aligned(int64_t begin, int64_t end) { return begin % kFp8Block == 0 || begin / kFp8Block == (end - 1) / kFp8Block; }
+
 }  // namespace
 
 WeightLoader WeightLoader::random(Backend& backend, uint64_t seed, bool fp8_dense, double zipf) {
@@ -85,7 +119,7 @@ bool WeightLoader::has(const std::string& name) const {
 }
 
 const HostTensor& WeightLoader::keep(HostTensor info, std::unique_ptr<uint8_t[]> bytes) {
-  if (invented_.size() >= 2) invented_.pop_front();
+  if (invented_.size() >= 4) invented_.pop_front();
   info.data = bytes.get();
   invented_.emplace_back(std::move(info), std::move(bytes));
   return invented_.back().first;
@@ -141,6 +175,29 @@ void WeightLoader::mark_used(const std::string& name) {
       used_.insert(candidate);
 }
 
+void WeightLoader::count_read(const std::string& name, uint64_t bytes) {
+  stats_.bytes_read += bytes;
+  stats_.read_by_tensor[name] += bytes;
+}
+
+const HostTensor& WeightLoader::part_of(const HostTensor& whole, const WeightPart& part, bool read) {
+  const PartRange p = resolve(whole.name, whole.shape, part);
+  const size_t elem = dtype_size(whole.dtype), width = size_t(p.c1 - p.c0) * elem;
+  HostTensor info{whole.name, whole.dtype, part_shape(whole.name, whole.shape, part), nullptr,
+                  size_t(p.r1 - p.r0) * width, whole.file};
+  if (read) count_read(whole.name, info.bytes);
+  if (p.all_columns()) {  // whole rows: a view
+    info.data = whole.data + size_t(p.r0 * p.cols) * elem;
+    if (views_.size() >= 4) views_.pop_front();
+    views_.push_back(std::move(info));
+    return views_.back();
+  }
+  std::unique_ptr<uint8_t[]> bytes(new uint8_t[info.bytes]);
+  for (int64_t r = p.r0; r < p.r1; ++r)
+    std::memcpy(bytes.get() + size_t(r - p.r0) * width, whole.data + size_t(r * p.cols + p.c0) * elem, width);
+  return keep(std::move(info), std::move(bytes));
+}
+
 const HostTensor& WeightLoader::decoded(const std::string& name, const std::vector<int64_t>& shape) {
   const SourceView view = checkpoint_source_view(*checkpoint_, name);
   MOET_CHECK(shape.size() == 2 && view.rows == shape[0] && view.cols == shape[1],
@@ -152,33 +209,48 @@ const HostTensor& WeightLoader::decoded(const std::string& name, const std::vect
   std::unique_ptr<uint8_t[]> bytes(new uint8_t[values.size() * sizeof(float)]);
   auto* out = reinterpret_cast<float*>(bytes.get());
   for (size_t i = 0; i < values.size(); ++i) out[i] = float(values[i]);
+  const std::set<std::string> before = used_;
   mark_used(name);
+  for (const std::string& companion : used_)  // the codes and their scales, read whole
+    if (before.count(companion) == 0) count_read(name, checkpoint_->get(companion).bytes);
   return keep(HostTensor{name, DType::f32, shape, nullptr, values.size() * sizeof(float), "(decoded)"},
               std::move(bytes));
 }
 
-const HostTensor& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) {
-  if (checkpoint_ == nullptr) return invent(name, shape);
+const HostTensor& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape,
+                                     const WeightPart& part) {
+  if (checkpoint_ == nullptr) return invent(name, part_shape(name, shape, part));
   const HostTensor* found = checkpoint_->find(name);
   MOET_CHECK(found != nullptr, "{}: tensor '{}' is missing from the checkpoint",
              checkpoint_->dir().string(), name);
-  if (!is_plain_float(name)) return decoded(name, shape);
+  if (!is_plain_float(name)) {
+    const HostTensor& whole = decoded(name, shape);
+    return part.whole() ? whole : part_of(whole, part, false);
+  }
   check_shape(*found, shape);
   used_.insert(name);
+  if (!part.whole()) return part_of(*found, part, true);
+  count_read(name, found->bytes);
   return *found;
 }
 
-bool WeightLoader::keeps_fp8(const std::string& name) const {
+bool WeightLoader::keeps_fp8(const std::string& name, const std::vector<int64_t>& shape,
+                             const WeightPart& part) const {
   if (checkpoint_ == nullptr) return fp8_dense_;
   const HostTensor* found = checkpoint_->find(name);
-  return found != nullptr && found->dtype == DType::f8_e4m3 && fp8_blocks_of_128(*checkpoint_);
+  if (found == nullptr || found->dtype != DType::f8_e4m3 || !fp8_blocks_of_128(*checkpoint_)) return false;
+  if (part.whole()) return true;
+  const PartRange p = resolve(name, shape, part);
+  return shape.size() == 2 && fp8_part_aligned(p.r0, p.r1) && fp8_part_aligned(p.c0, p.c1);
 }
 
 // Invented codes are e4m3 of the invented values over kInventedFp8Scale (through BF16, a 64 KiB
 // table: fast at full-size shapes).
-WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std::vector<int64_t>& shape) {
+WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std::vector<int64_t>& shape,
+                                             const WeightPart& part) {
   MOET_CHECK(shape.size() == 2, "FP8-block weight '{}' must be a matrix", name);
-  const std::vector<int64_t> scale_shape = fp8_block_scale_shape(shape[0], shape[1]);
+  const std::vector<int64_t> own = part_shape(name, shape, part);
+  const std::vector<int64_t> scale_shape = fp8_block_scale_shape(own[0], own[1]);
   std::vector<float> scales(static_cast<size_t>(scale_shape[0] * scale_shape[1]), kInventedFp8Scale);
   if (checkpoint_ == nullptr) {
     static const std::vector<uint8_t> table = [] {
@@ -187,22 +259,35 @@ WeightLoader::Fp8Host WeightLoader::fp8_host(const std::string& name, const std:
       return t;
     }();
     const auto encode = [](float v) { return table[float_to_bf16(v / kInventedFp8Scale)]; };
-    return {&invent_as<uint8_t>(name, shape, DType::f8_e4m3, encode), std::move(scales)};
+    return {&invent_as<uint8_t>(name, own, DType::f8_e4m3, encode), std::move(scales)};
   }
   const HostTensor& codes = checkpoint_->get(name);
   check_shape(codes, shape);
   const HostTensor& stored = fp8_scales(*checkpoint_, name, shape[0], shape[1], kFp8Block, kFp8Block);
-  for (size_t i = 0; i < scales.size(); ++i) {
-    if (stored.dtype == DType::f32) {
-      std::memcpy(&scales[i], stored.data + i * sizeof(float), sizeof(float));
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, stored.data + i * sizeof(uint16_t), sizeof(uint16_t));
-      scales[i] = bf16_to_float(bits);
+  // The part's scale blocks: those of its first row and column on (keeps_fp8() checked the edges).
+  const PartRange p = resolve(name, shape, part);
+  const int64_t stored_cols = stored.shape[1], row0 = p.r0 / kFp8Block, col0 = p.c0 / kFp8Block;
+  const size_t elem = dtype_size(stored.dtype);
+  for (int64_t i = 0; i < scale_shape[0]; ++i) {
+    for (int64_t j = 0; j < scale_shape[1]; ++j) {
+      const uint8_t* at = stored.data + size_t((row0 + i) * stored_cols + col0 + j) * elem;
+      float& scale = scales[size_t(i * scale_shape[1] + j)];
+      if (stored.dtype == DType::f32) {
+        std::memcpy(&scale, at, sizeof(float));
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, at, sizeof(uint16_t));
+        scale = bf16_to_float(bits);
+      }
     }
   }
   mark_used(name);
-  return {&codes, std::move(scales)};
+  count_read(name + "_scale_inv", scales.size() * elem);
+  if (part.whole()) {
+    count_read(name, codes.bytes);
+    return {&codes, std::move(scales)};
+  }
+  return {&part_of(codes, part, true), std::move(scales)};
 }
 
 Tensor WeightLoader::fp8_upload(const std::string& name, Tensor codes, const std::vector<float>& scales) {
@@ -211,18 +296,19 @@ Tensor WeightLoader::fp8_upload(const std::string& name, Tensor codes, const std
   return counted(name, fp8_block_weight(std::move(codes), backend_.upload(info), name));
 }
 
-Tensor WeightLoader::matmul_weight(const std::string& name, const std::vector<int64_t>& shape) {
-  if (!keeps_fp8(name)) return weight(name, shape);
-  const Fp8Host w = fp8_host(name, shape);
+Tensor WeightLoader::matmul_weight(const std::string& name, const std::vector<int64_t>& shape, const WeightPart& part) {
+  if (!keeps_fp8(name, shape, part)) return weight(name, shape, part);
+  const Fp8Host w = fp8_host(name, shape, part);
   return fp8_upload(name, backend_.upload(as_bytes(*w.codes)), w.scales);
 }
 
 Tensor WeightLoader::matmul_stacked(const std::string& a, const std::string& b,
-                                    const std::vector<int64_t>& shape_each) {
-  if (!keeps_fp8(a) || !keeps_fp8(b) || shape_each.size() != 2 || shape_each[0] % kFp8Block != 0)
-    return stacked(a, b, shape_each);
-  Fp8Host first = fp8_host(a, shape_each);
-  const Fp8Host second = fp8_host(b, shape_each);
+                                    const std::vector<int64_t>& shape_each, const WeightPart& part) {
+  if (!keeps_fp8(a, shape_each, part) || !keeps_fp8(b, shape_each, part) || shape_each.size() != 2 ||
+      part_shape(a, shape_each, part)[0] % kFp8Block != 0)
+    return stacked(a, b, shape_each, part);
+  Fp8Host first = fp8_host(a, shape_each, part);
+  const Fp8Host second = fp8_host(b, shape_each, part);
   first.scales.insert(first.scales.end(), second.scales.begin(), second.scales.end());
   return fp8_upload(a, backend_.upload_stacked(as_bytes(*first.codes), as_bytes(*second.codes)), first.scales);
 }
@@ -236,17 +322,18 @@ Tensor WeightLoader::counted(const std::string& name, Tensor tensor) {
   return tensor;
 }
 
-Tensor WeightLoader::weight(const std::string& name, const std::vector<int64_t>& shape) {
-  return counted(name, backend_.upload(info(name, shape)));
+Tensor WeightLoader::weight(const std::string& name, const std::vector<int64_t>& shape, const WeightPart& part) {
+  return counted(name, backend_.upload(info(name, shape, part)));
 }
 
-Tensor WeightLoader::weight_f32(const std::string& name, const std::vector<int64_t>& shape) {
-  return counted(name, backend_.upload_f32(info(name, shape)));
+Tensor WeightLoader::weight_f32(const std::string& name, const std::vector<int64_t>& shape, const WeightPart& part) {
+  return counted(name, backend_.upload_f32(info(name, shape, part)));
 }
 
-Tensor WeightLoader::stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each) {
-  const HostTensor& first = info(a, shape_each);
-  return counted(a, backend_.upload_stacked(first, info(b, shape_each)));
+Tensor WeightLoader::stacked(const std::string& a, const std::string& b, const std::vector<int64_t>& shape_each,
+                             const WeightPart& part) {
+  const HostTensor& first = info(a, shape_each, part);
+  return counted(a, backend_.upload_stacked(first, info(b, shape_each, part)));
 }
 
 size_t WeightLoader::report_unused() const {

@@ -128,18 +128,14 @@ class CpuBackend final : public Backend, public BenchOps {
 
   void begin_step(const StepInputs& step) override { step_ = step; }
 
-  void embedding(const Tensor& table, Tensor& out) override {
+  void embedding(const Tensor& table, int64_t first_row, Tensor& out) override {
     const OpScope scope(*this, [] { return std::string("embedding"); });
-    const int64_t vocab = table.dim(0), dim = table.dim(1), rows = step_.rows;
+    const int64_t vocab = step_.vocab > 0 ? step_.vocab : first_row + table.dim(0), rows = step_.rows;
     const int32_t* ids = step_.tokens;
     for (int64_t t = 0; t < rows; ++t)
       MOET_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} outside the vocabulary [0, {})", ids[t], vocab);
-    if (table.dtype == DType::bf16) {
-      embedding_bf16(ids, rows, table.as<uint16_t>(), dim, out.as<float>());
-    } else {
-      for (int64_t t = 0; t < rows; ++t)
-        std::memcpy(out.as<float>() + t * dim, table.as<float>() + int64_t(ids[t]) * dim, sizeof(float) * size_t(dim));
-    }
+    moet::embedding(ids, rows, table.data, table.dtype == DType::bf16, first_row, table.dim(0), table.dim(1),
+                    out.as<float>());
   }
 
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {

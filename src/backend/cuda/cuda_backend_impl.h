@@ -51,6 +51,13 @@ class CudaBackend final : public Backend, public BenchOps {
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
+  // The stream every op is enqueued on (NCCL's collectives join it: nccl_communicator.cpp).
+  cudaStream_t stream() const { return stream_; }
+  // After a collective enqueued on stream(): checked, and timed as op `name` in the per-op profile
+  // like the backend's own ops (the collectives' share of a step).
+  void collective_done(const std::string& name) {
+    check_launch("collective", [&] { return name; });
+  }
 
   Tensor upload(const HostTensor& info) override;
   Tensor upload_stacked(const HostTensor& a, const HostTensor& b) override;
@@ -79,7 +86,7 @@ class CudaBackend final : public Backend, public BenchOps {
   void read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) override;
 
   // cuda_backend_ops.cpp
-  void embedding(const Tensor& table, Tensor& out) override;
+  void embedding(const Tensor& table, int64_t first_row, Tensor& out) override;
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;

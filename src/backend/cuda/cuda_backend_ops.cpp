@@ -31,13 +31,14 @@ namespace moet {
 
 using namespace moet::cuda;
 
-void CudaBackend::embedding(const Tensor& table, Tensor& out) {
-  const int64_t vocab = table.dim(0);
-  if (step_.vocab != vocab)  // begin_step() checked the ids against step.vocab
+void CudaBackend::embedding(const Tensor& table, int64_t first_row, Tensor& out) {
+  const int64_t vocab = first_row + table.dim(0);
+  if (step_.vocab <= 0)  // else begin_step() checked the ids against step.vocab
     for (int64_t t = 0; t < step_.rows; ++t)
       MOET_CHECK(step_.tokens[t] >= 0 && step_.tokens[t] < vocab, "token id {} outside the vocabulary [0, {})",
                  step_.tokens[t], vocab);
-  embedding_launch(step_ints(kTokens), step_.rows, table.data, is_bf16(table), table.dim(1), out.as<float>(), stream_);
+  embedding_launch(step_ints(kTokens), step_.rows, table.data, is_bf16(table), first_row, table.dim(0), table.dim(1),
+                   out.as<float>(), stream_);
   check_launch("embedding");
 }
 

@@ -8,10 +8,19 @@
 
 namespace moet {
 
-void embedding_bf16(const int32_t* ids, int64_t rows, const uint16_t* table, int64_t dim, float* out) {
+void embedding(const int32_t* ids, int64_t rows, const void* table, bool table_bf16, int64_t first_row,
+               int64_t table_rows, int64_t dim, float* out) {
   for (int64_t t = 0; t < rows; ++t) {
-    const uint16_t* row = table + int64_t(ids[t]) * dim;
-    for (int64_t i = 0; i < dim; ++i) out[t * dim + i] = bf16_to_float(row[i]);
+    const int64_t row = int64_t(ids[t]) - first_row;
+    float* o = out + t * dim;
+    if (row < 0 || row >= table_rows) {
+      std::fill(o, o + dim, 0.0f);
+    } else if (table_bf16) {
+      const uint16_t* values = static_cast<const uint16_t*>(table) + row * dim;
+      for (int64_t i = 0; i < dim; ++i) o[i] = bf16_to_float(values[i]);
+    } else {
+      std::copy_n(static_cast<const float*>(table) + row * dim, dim, o);
+    }
   }
 }
 

@@ -9,8 +9,10 @@
 
 namespace moet {
 
-// out[t, :] = table[ids[t], :] (BF16 table [vocab, dim]).
-void embedding_bf16(const int32_t* ids, int64_t rows, const uint16_t* table, int64_t dim, float* out);
+// out[t, :] = table[ids[t] - first_row, :] for ids in [first_row, first_row + table_rows), else
+// zeros (BF16 or F32 table [table_rows, dim]: a vocab-parallel rank's rows of the embedding).
+void embedding(const int32_t* ids, int64_t rows, const void* table, bool table_bf16, int64_t first_row,
+               int64_t table_rows, int64_t dim, float* out);
 // out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight  (x and out may alias).
 // x rows are `stride` floats apart (heads of a packed q/k tensor use stride = head_dim).
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* weight,

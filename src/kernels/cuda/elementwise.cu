@@ -8,13 +8,16 @@
 namespace moet::cuda {
 namespace {
 
-__global__ void embedding_kernel(const int32_t* ids, const void* table, bool bf16, int64_t dim, float* out) {
+__global__ void embedding_kernel(const int32_t* ids, const void* table, bool bf16, int64_t first_row,
+                                 int64_t table_rows, int64_t dim, float* out) {
   pdl_trigger();
   pdl_wait();
-  const int64_t t = blockIdx.x, row = ids[t];
+  const int64_t t = blockIdx.x, row = ids[t] - first_row;
+  const bool inside = row >= 0 && row < table_rows;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    out[t * dim + i] = bf16 ? __uint_as_float(uint32_t(static_cast<const uint16_t*>(table)[row * dim + i]) << 16)
-                            : static_cast<const float*>(table)[row * dim + i];
+    out[t * dim + i] = !inside ? 0.0f
+                       : bf16  ? __uint_as_float(uint32_t(static_cast<const uint16_t*>(table)[row * dim + i]) << 16)
+                               : static_cast<const float*>(table)[row * dim + i];
 }
 
 __global__ void silu_mul_kernel(const float* gate_up, int64_t rows, int64_t inner, float* out) {
@@ -47,10 +50,10 @@ __global__ void split_bf16_kernel(const float* x, int64_t n, uint16_t* hi, uint1
 
 }  // namespace
 
-void embedding_launch(const int32_t* ids, int64_t rows, const void* table, bool table_bf16, int64_t dim,
-                      float* out, cudaStream_t stream) {
-  launch_dependent_kernel<embedding_kernel>(dim3(unsigned(rows)), dim3(256), 0, 1, stream, ids, table, table_bf16, dim,
-                                            out);
+void embedding_launch(const int32_t* ids, int64_t rows, const void* table, bool table_bf16, int64_t first_row,
+                      int64_t table_rows, int64_t dim, float* out, cudaStream_t stream) {
+  launch_dependent_kernel<embedding_kernel>(dim3(unsigned(rows)), dim3(256), 0, 1, stream, ids, table, table_bf16,
+                                            first_row, table_rows, dim, out);
 }
 
 void silu_mul_launch(const float* gate_up, int64_t rows, int64_t inner, float* out, cudaStream_t stream) {

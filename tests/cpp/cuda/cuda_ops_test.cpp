@@ -104,8 +104,8 @@ TEST(CudaOps, EmbeddingMatchesCpu) {
   for (bool bf16 : {true, false}) {
     auto t = bf16 ? p.weight(tb.data(), DType::bf16, {vocab, dim}) : p.weight(tf.data(), DType::f32, {vocab, dim});
     auto out = p.alloc({4, dim});
-    p.cpu->embedding(t.first, out.first);
-    p.gpu->embedding(t.second, out.second);
+    p.cpu->embedding(t.first, 0, out.first);
+    p.gpu->embedding(t.second, 0, out.second);
     EXPECT_EQ(max_rel_diff(p, out), 0.0);
   }
 }

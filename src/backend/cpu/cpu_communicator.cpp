@@ -1,0 +1,173 @@
+// CpuCommGroup implementation (see cpu_communicator.h). Every operation is: publish this rank's
+// pointers, barrier, read the others' memory, barrier. The second barrier keeps inputs valid until
+// every rank has read them; all_reduce's per-rank partial sums (scratch) are only rewritten after
+// the first barrier of the next all_reduce, which no rank passes before all have copied them.
+#include "backend/cpu/cpu_communicator.h"
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace moet {
+
+struct CpuCommGroup::State {
+  explicit State(int n) : size(n), in(size_t(n)), scratch(size_t(n)) {}
+
+  // Waits until every rank has arrived (or throws once the group is aborted).
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    MOET_CHECK(!aborted, "collective aborted: {}", why);
+    const uint64_t seen = generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+      return;
+    }
+    cv.wait(lock, [&] { return generation != seen || aborted; });
+    MOET_CHECK(generation != seen, "collective aborted: {}", why);
+  }
+
+  const int size;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  bool aborted = false;
+  std::string why;
+  std::vector<const void*> in;               // per rank: the tensor it published
+  std::vector<std::vector<float>> scratch;   // per rank: its part of an all_reduce's sum
+};
+
+namespace {
+
+class CpuCommunicator final : public Communicator {
+ public:
+  CpuCommunicator(CpuCommGroup::State& state, int rank) : s_(state), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return s_.size; }
+  std::string name() const override { return fmt::format("cpu threads (rank {} of {})", rank_, s_.size); }
+
+  void all_reduce(Tensor& x) override {
+    check_f32("all_reduce", x);
+    const int64_t n = x.numel();
+    const auto [begin, end] = part(n, rank_);
+    publish(x.data);
+    std::vector<float>& sum = s_.scratch[size_t(rank_)];
+    sum.assign(peer<float>(0) + begin, peer<float>(0) + end);
+    for (int r = 1; r < s_.size; ++r) {
+      const float* values = peer<float>(r);
+      for (int64_t i = begin; i < end; ++i) sum[size_t(i - begin)] += values[i];
+    }
+    s_.arrive_and_wait();
+    for (int r = 0; r < s_.size; ++r) {
+      const auto [from, to] = part(n, r);
+      if (to > from) std::memcpy(x.as<float>() + from, s_.scratch[size_t(r)].data(), size_t(to - from) * 4);
+    }
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    communicator_check("all_gather", in, out, 1, s_.size);
+    publish(in.data);
+    for (int r = 0; r < s_.size; ++r)
+      if (in.bytes() > 0) std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * in.bytes(), s_.in[size_t(r)], in.bytes());
+    s_.arrive_and_wait();
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out) override {
+    check_f32("reduce_scatter", in);
+    communicator_check("reduce_scatter", in, out, s_.size, 1);
+    const int64_t n = out.numel(), offset = int64_t(rank_) * n;
+    publish(in.data);
+    float* sum = out.as<float>();
+    if (n > 0) std::memcpy(sum, peer<float>(0) + offset, size_t(n) * 4);
+    for (int r = 1; r < s_.size; ++r) {
+      const float* values = peer<float>(r) + offset;
+      for (int64_t i = 0; i < n; ++i) sum[i] += values[i];
+    }
+    s_.arrive_and_wait();
+  }
+
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    communicator_check("all_to_all", in, out, s_.size, s_.size);
+    const size_t chunk = in.bytes() / size_t(s_.size);
+    publish(in.data);
+    for (int r = 0; r < s_.size; ++r)
+      if (chunk > 0)
+        std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * chunk, peer<uint8_t>(r) + size_t(rank_) * chunk, chunk);
+    s_.arrive_and_wait();
+  }
+
+  void broadcast(Tensor& x, int root) override {
+    MOET_CHECK(root >= 0 && root < s_.size, "broadcast: root {} outside [0, {})", root, s_.size);
+    publish(x.data);
+    if (rank_ != root && x.bytes() > 0) std::memcpy(x.data, s_.in[size_t(root)], x.bytes());
+    s_.arrive_and_wait();
+  }
+
+  void barrier() override { s_.arrive_and_wait(); }
+
+ private:
+  void publish(const void* data) {
+    s_.in[size_t(rank_)] = data;
+    s_.arrive_and_wait();
+  }
+  template <typename T>
+  const T* peer(int r) const {
+    return static_cast<const T*>(s_.in[size_t(r)]);
+  }
+  // Elements [begin, end) of n that rank r sums.
+  std::pair<int64_t, int64_t> part(int64_t n, int r) const { return {n * r / s_.size, n * (r + 1) / s_.size}; }
+  static void check_f32(const char* op, const Tensor& t) {
+    MOET_CHECK(t.dtype == DType::f32, "{}: sums are F32 (got {})", op, dtype_name(t.dtype));
+  }
+
+  CpuCommGroup::State& s_;
+  const int rank_;
+};
+
+}  // namespace
+
+CpuCommGroup::CpuCommGroup(int size) {
+  MOET_CHECK(size >= 1, "a communicator group needs at least one rank (got {})", size);
+  state_ = std::make_unique<State>(size);
+}
+
+CpuCommGroup::~CpuCommGroup() = default;
+
+int CpuCommGroup::size() const { return state_->size; }
+
+std::unique_ptr<Communicator> CpuCommGroup::communicator(int rank) {
+  MOET_CHECK(rank >= 0 && rank < state_->size, "rank {} outside [0, {})", rank, state_->size);
+  return std::make_unique<CpuCommunicator>(*state_, rank);
+}
+
+std::unique_ptr<Communicator> CpuCommGroup::connect(int local, Backend& backend) {
+  MOET_CHECK(backend.name().rfind("cpu", 0) == 0, "the in-process communicator needs CPU backends, not {}",
+             backend.name());
+  return communicator(local);
+}
+
+void CpuCommGroup::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->aborted) return;  // the first failure names the cause
+  state_->aborted = true;
+  state_->why = why;
+  state_->cv.notify_all();
+}
+
+bool CpuCommGroup::reset() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->aborted = false;
+  state_->why.clear();
+  state_->arrived = 0;
+  return true;
+}
+
+}  // namespace moet
