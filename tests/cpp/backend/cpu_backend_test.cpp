@@ -62,6 +62,36 @@ TEST(CpuBackend, AddRmsNormIsAddThenRmsNorm) {
 
 // read_regions folds every 32-bit word of every region by XOR (the benchmarks' read reference),
 // and refuses regions it cannot read whole 16 bytes at a time.
+// A vocab-parallel rank's embedding: rows [first_row, first_row + rows) of the table, zeros for
+// the other tokens; the parts of all ranks add up to the whole lookup bit for bit.
+TEST(CpuBackend, EmbeddingOfARowRangeIsZeroOutsideIt) {
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
+  const int64_t vocab = 10, dim = 6;
+  const auto table = random_floats(size_t(vocab * dim), 4);
+  const std::vector<int32_t> tokens = {0, 5, 9, 4}, positions = {0, 1, 2, 3}, row_seq = {0, 0, 0, 0};
+  const std::vector<int64_t> slots = {0, 1, 2, 3};
+  backend->begin_step({4, tokens.data(), positions.data(), row_seq.data(), slots.data(), 0, nullptr, 4, vocab});
+  const Tensor whole_table = tensor(*backend, table, {vocab, dim});
+  Tensor whole = backend->alloc({4, dim}), sum = backend->alloc({4, dim}), part = backend->alloc({4, dim});
+  backend->embedding(whole_table, 0, whole);
+  backend->fill_zero(sum);
+  for (int64_t first : {0, 5}) {
+    const Tensor rows = tensor(*backend, std::vector<float>(table.begin() + first * dim, table.begin() + (first + 5) * dim),
+                               {5, dim});
+    backend->embedding(rows, first, part);
+    for (int64_t t = 0; t < 4; ++t) {
+      const bool inside = tokens[size_t(t)] >= first && tokens[size_t(t)] < first + 5;
+      for (int64_t i = 0; i < dim; ++i)
+        EXPECT_EQ(part.as<float>()[t * dim + i], inside ? table[size_t(tokens[size_t(t)] * dim + i)] : 0.0f);
+    }
+    backend->add(sum, part);
+  }
+  EXPECT_TRUE(same_bits(sum, whole));
+  const std::vector<int32_t> bad = {10};
+  backend->begin_step({1, bad.data(), positions.data(), row_seq.data(), slots.data(), 0, nullptr, 4, vocab});
+  EXPECT_THROW(backend->embedding(whole_table, 0, whole), Error);  // outside the vocabulary, not a zero row
+}
+
 TEST(CpuBackend, ReadRegionsXorsEveryWord) {
   auto backend = cpu_backend_create({2, test_cpu_isa()});
   alignas(16) const uint32_t a[4] = {1, 2, 3, 4};

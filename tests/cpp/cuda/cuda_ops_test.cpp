@@ -107,6 +107,15 @@ TEST(CudaOps, EmbeddingMatchesCpu) {
     p.cpu->embedding(t.first, 0, out.first);
     p.gpu->embedding(t.second, 0, out.second);
     EXPECT_EQ(max_rel_diff(p, out), 0.0);
+    // A vocab-parallel rank's rows [7, 27): tokens 0 and 49 look up zeros.
+    const size_t first = 7 * dim, elem = bf16 ? 2 : 4;
+    auto part = p.weight(static_cast<const uint8_t*>(bf16 ? static_cast<const void*>(tb.data()) : tf.data()) +
+                             first * elem,
+                         bf16 ? DType::bf16 : DType::f32, {20, dim});
+    auto zeros = p.alloc({4, dim});
+    p.cpu->embedding(part.first, 7, zeros.first);
+    p.gpu->embedding(part.second, 7, zeros.second);
+    EXPECT_EQ(max_rel_diff(p, zeros), 0.0);
   }
 }
 
