@@ -20,6 +20,10 @@
 // A pass's time is the sum of its steps' (the forward with its logits copied to the host, and the
 // first pass's greedy sampling), not of the copies of the logits the bench keeps to compare.
 // --speculative-config adds "speculative": verify and draft step costs (cli/bench_speculative.h).
+// --tensor-parallel-size N (and --enable-expert-parallel) splits the model over N ranks
+// (docs/parallel.md); the weights, bytes per step and copy bandwidth are then rank 0's (one GPU's
+// share and roofline), graphs are turned on and off on every rank, and --profile times rank 0's
+// ops, the collectives included on CUDA.
 #include "backend/bench_ops.h"
 #include "cli/bench_speculative.h"
 #include "cli/commands.h"
@@ -31,6 +35,8 @@
 #include "experts/expert_kpis.h"
 #include "experts/fp4_kpis.h"
 #include "io/checkpoint.h"
+#include "models/arch/arch.h"
+#include "models/parallel_model.h"
 #include "models/weight_loader.h"
 
 #include <nlohmann/json.hpp>
@@ -53,6 +59,7 @@ struct BenchFlags {
   ExpertOptions experts;
   SpeculativeOptions speculative;
   KvCacheOptions kv_cache;
+  ParallelOptions parallel;
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 32;
   int64_t batch = 1;
@@ -126,29 +133,60 @@ void run(const BenchFlags& flags) {
   family_device_gate(json_read_file(flags.model_dir.empty() ? std::filesystem::path(flags.config_file)
                                                             : std::filesystem::path(flags.model_dir) / "config.json"),
                      flags.device);
-  auto backend = backend_create(flags.device);
-  BenchOps& ops = bench_ops(*backend);
+  const ParallelOptions& parallel = flags.parallel;
+  if (parallel.split()) parallel_device_gate(flags.device, parallel);
   const bool profile = flags.profile || flags.device.cuda_profile;
-  ops.set_profiling(false);  // the timed passes run without it; the profile pass turns it on
-  const bool graphs = flags.device.device == "cuda" && flags.device.cuda_graphs == "on" && backend->graphs();
-  const double copy_gbs = ops.copy_bandwidth(size_t(flags.copy_gib * double(1ull << 30)));
-  std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %s)\n", copy_gbs, backend->name().c_str());
+  const size_t copy_bytes = size_t(flags.copy_gib * double(1ull << 30));
+  double copy_gbs = 0.0;
+  const auto copy_bandwidth = [&](Backend& backend) {
+    BenchOps& ops = bench_ops(backend);
+    ops.set_profiling(false);  // the timed passes run without it; the profile pass turns it on
+    copy_gbs = ops.copy_bandwidth(copy_bytes);
+    std::fprintf(stderr, "copy bandwidth: %.2f GB/s (read + write, %s)\n", copy_gbs, backend.name().c_str());
+  };
+  std::unique_ptr<Backend> whole_backend;  // a split model's ranks own theirs
+  if (!parallel.split()) {
+    whole_backend = backend_create(flags.device);
+    copy_bandwidth(*whole_backend);  // before the weights take the memory
+  }
 
-  LoadStats stats;
+  LoadStats stats;  // a split model: rank 0's
   std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<CommGroup> group;
   std::unique_ptr<Model> model;
   nlohmann::json config;
-  const auto load_start = std::chrono::steady_clock::now();
   if (!flags.model_dir.empty()) {
     checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(flags.model_dir));
     config = checkpoint->config();
-    model = model_load(*checkpoint, *backend, &stats, load_options);
   } else {
     config = json_read_file(flags.config_file);
     if (flags.layers > 0) config["num_hidden_layers"] = flags.layers;
-    model = model_load_random(config, *backend, 1234, &stats, load_options);
+  }
+  const auto load = [&](Backend& backend, const ModelLoadOptions& options, LoadStats* s) {
+    return checkpoint ? model_load(*checkpoint, backend, s, options)
+                      : model_load_random(config, backend, 1234, s, options);
+  };
+  const auto load_start = std::chrono::steady_clock::now();
+  if (!parallel.split()) {
+    model = load(*whole_backend, load_options, &stats);
+  } else {
+    const ModelConfig split_config = model_config_parse(config);
+    parallel_check(split_config, parallel.config());
+    parallel_check(load_options, parallel.config());
+    group = comm_group_create(flags.device, parallel,
+                              fmt::format("bench {} {}", flags.model_dir + flags.config_file, config.dump()));
+    const ParallelLoad ranks{group.get(), parallel.enable_expert_parallel,
+                             [&](int local) { return rank_backend_create(flags.device, parallel, local); },
+                             [&](Backend& backend, const ModelLoadOptions& own) {
+                               return load(backend, own, own.shard.rank == 0 ? &stats : nullptr);
+                             }};
+    model = parallel_model_load(split_config, ranks, load_options);
   }
   const double load_seconds = seconds_since(load_start);
+  Backend* backend = &model->backend();
+  BenchOps& ops = bench_ops(*backend);
+  if (parallel.split()) copy_bandwidth(*backend);
+  const bool graphs = flags.device.device == "cuda" && flags.device.cuda_graphs == "on" && backend->graphs();
   model->set_kv_cache_dtype(kv_dtype);
   const ModelConfig& mc = model->config();
   const int64_t vocab = mc.vocab_size;
@@ -185,7 +223,7 @@ void run(const BenchFlags& flags) {
   // the expert cache or the FP4 tier, each pass also reports their KPIs.
   const Fp4Tier* tier = model->experts().fp4_tier();
   const auto pass = [&](bool graphs_on, bool keep_logits) {
-    backend->set_graphs(graphs_on);
+    for_each_rank_backend(*model, [&](Backend& b) { b.set_graphs(graphs_on); });
     DecodePass result;
     const ResidencyStats stats_before = residency ? residency->stats() : ResidencyStats{};
     const ExpertStoreCounters store_before = residency ? residency->store().counters() : ExpertStoreCounters{};
@@ -231,6 +269,8 @@ void run(const BenchFlags& flags) {
       {"weights_gb", double(stats.bytes) / 1e9},
       {"load_seconds", load_seconds},  // reading (or inventing) and uploading the weights
       {"batch", batch},
+      {"tensor_parallel_size", parallel.tensor_parallel_size},
+      {"expert_parallel", parallel.enable_expert_parallel},
       {"bytes_per_decode_step", bytes_per_step},
       {"bytes_per_decode_token", bytes_per_step / double(batch)},
       {"prefill_tokens_per_s", double(batch * prompt_len) / prefill_seconds},
@@ -322,6 +362,7 @@ void register_bench(CLI::App& app, Actions& actions) {
   flags->experts.add_to(*sub);
   flags->speculative.add_to(*sub);
   flags->kv_cache.add_to(*sub);
+  flags->parallel.add_to(*sub);
   sub->add_option("--prompt-tokens", flags->prompt_tokens, "prompt length before decoding")->check(CLI::PositiveNumber);
   sub->add_option("--decode-tokens", flags->decode_tokens, "decode steps to time")->check(CLI::PositiveNumber);
   sub->add_option("--batch", flags->batch,

@@ -53,6 +53,9 @@ class ParallelModel final : public Model {
     for (Rank& rank : ranks_) rank.model->set_kv_cache_dtype(dtype);
   }
   ExpertPool& experts() override { return ranks_[0].model->experts(); }
+  void for_each_backend(const std::function<void(Backend&)>& fn) {
+    run([&](int r) { fn(*ranks_[size_t(r)].backend); });
+  }
   bool has_mtp() const override { return false; }
 
   KvCache kv_cache_create(std::span<const KvLayerSpec> specs, int64_t blocks, int64_t block_size) override {
@@ -139,6 +142,11 @@ void parallel_check(const ModelLoadOptions& options, const ParallelConfig& paral
              "run on a split model yet", n);
   MOET_CHECK(!options.load_mtp, "--tensor-parallel-size {}: MTP speculative decoding does not run on a split model "
              "yet; use --speculative-config method ngram", n);
+}
+
+void for_each_rank_backend(Model& model, const std::function<void(Backend&)>& fn) {
+  if (auto* split = dynamic_cast<ParallelModel*>(&model)) return split->for_each_backend(fn);
+  fn(model.backend());
 }
 
 std::unique_ptr<Model> parallel_model_load(const ModelConfig& config, const ParallelLoad& load,

@@ -46,4 +46,8 @@ struct ParallelLoad {
 std::unique_ptr<Model> parallel_model_load(const ModelConfig& config, const ParallelLoad& load,
                                            const ModelLoadOptions& options);
 
+// fn(backend) for every rank's backend of a split model (each on its rank's thread), or for
+// model.backend() of another model: the settings a benchmark changes on every rank (CUDA graphs).
+void for_each_rank_backend(Model& model, const std::function<void(Backend&)>& fn);
+
 }  // namespace moet

@@ -345,6 +345,11 @@ class CpuBackend final : public Backend, public BenchOps {
   void set_profiling(bool on) override { profiling_ = on; }
   std::vector<OpProfile> take_profile() override { return drain_profile(profile_); }
 
+  void profiled(const std::function<std::string()>& name, const std::function<void()>& body) {
+    const OpScope scope(*this, name);
+    body();
+  }
+
  private:
   // Wall time of an op while profiling; only the outermost op counts (moe_experts and
   // head_matmul call matmul, silu_mul and copy_columns inside).
@@ -547,6 +552,13 @@ void CpuBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, c
 
 std::unique_ptr<Backend> cpu_backend_create(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
+}
+
+void cpu_backend_profiled(Backend& backend, const std::function<std::string()>& name,
+                          const std::function<void()>& body) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
+  MOET_CHECK(cpu != nullptr, "{} is not the CPU backend", backend.name());
+  cpu->profiled(name, body);
 }
 
 }  // namespace moet

@@ -6,7 +6,9 @@
 #include "backend/backend.h"
 #include "core/cpu_isa.h"
 
+#include <functional>
 #include <memory>
+#include <string>
 
 namespace moet {
 
@@ -16,5 +18,10 @@ struct CpuBackendOptions {
 };
 
 std::unique_ptr<Backend> cpu_backend_create(const CpuBackendOptions& options);
+
+// Runs body() (work outside the backend's ops on its data: a collective of cpu_communicator.h) as
+// op name() of the CPU backend's per-op profile while that is on.
+void cpu_backend_profiled(Backend& backend, const std::function<std::string()>& name,
+                          const std::function<void()>& body);
 
 }  // namespace moet

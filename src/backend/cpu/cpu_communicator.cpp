@@ -5,11 +5,13 @@
 #include "backend/cpu/cpu_communicator.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
 
 #include <condition_variable>
+#include <functional>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -49,12 +51,40 @@ namespace {
 
 class CpuCommunicator final : public Communicator {
  public:
-  CpuCommunicator(CpuCommGroup::State& state, int rank) : s_(state), rank_(rank) {}
+  // backend: where the ranks' tensors live (its per-op profile times the collectives); may be null.
+  CpuCommunicator(CpuCommGroup::State& state, int rank, Backend* backend) : s_(state), rank_(rank), backend_(backend) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.size; }
   std::string name() const override { return fmt::format("cpu threads (rank {} of {})", rank_, s_.size); }
 
   void all_reduce(Tensor& x) override {
+    timed("all_reduce", x, [&] { all_reduce_now(x); });
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    timed("all_gather", in, [&] { all_gather_now(in, out); });
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out) override {
+    timed("reduce_scatter", in, [&] { reduce_scatter_now(in, out); });
+  }
+
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    timed("all_to_all", in, [&] { all_to_all_now(in, out); });
+  }
+
+  void broadcast(Tensor& x, int root) override {
+    MOET_CHECK(root >= 0 && root < s_.size, "broadcast: root {} outside [0, {})", root, s_.size);
+    publish(x.data);
+    if (rank_ != root && x.bytes() > 0) std::memcpy(x.data, s_.in[size_t(root)], x.bytes());
+    s_.arrive_and_wait();
+  }
+
+  void barrier() override { s_.arrive_and_wait(); }
+
+ private:
+  // The collectives (see communicator.h), untimed.
+  void all_reduce_now(Tensor& x) {
     check_f32("all_reduce", x);
     const int64_t n = x.numel();
     const auto [begin, end] = part(n, rank_);
@@ -72,7 +102,7 @@ class CpuCommunicator final : public Communicator {
     }
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
+  void all_gather_now(const Tensor& in, Tensor& out) {
     communicator_check("all_gather", in, out, 1, s_.size);
     publish(in.data);
     for (int r = 0; r < s_.size; ++r)
@@ -80,7 +110,7 @@ class CpuCommunicator final : public Communicator {
     s_.arrive_and_wait();
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out) override {
+  void reduce_scatter_now(const Tensor& in, Tensor& out) {
     check_f32("reduce_scatter", in);
     communicator_check("reduce_scatter", in, out, s_.size, 1);
     const int64_t n = out.numel(), offset = int64_t(rank_) * n;
@@ -94,7 +124,7 @@ class CpuCommunicator final : public Communicator {
     s_.arrive_and_wait();
   }
 
-  void all_to_all(const Tensor& in, Tensor& out) override {
+  void all_to_all_now(const Tensor& in, Tensor& out) {
     communicator_check("all_to_all", in, out, s_.size, s_.size);
     const size_t chunk = in.bytes() / size_t(s_.size);
     publish(in.data);
@@ -104,16 +134,12 @@ class CpuCommunicator final : public Communicator {
     s_.arrive_and_wait();
   }
 
-  void broadcast(Tensor& x, int root) override {
-    MOET_CHECK(root >= 0 && root < s_.size, "broadcast: root {} outside [0, {})", root, s_.size);
-    publish(x.data);
-    if (rank_ != root && x.bytes() > 0) std::memcpy(x.data, s_.in[size_t(root)], x.bytes());
-    s_.arrive_and_wait();
+  // body() as op "<op>[bytes=N]" of the backend's per-op profile (the time includes waiting for
+  // the other ranks: the collective's share of this rank's step).
+  void timed(const char* op, const Tensor& t, const std::function<void()>& body) {
+    if (backend_ == nullptr) return body();
+    cpu_backend_profiled(*backend_, [&] { return fmt::format("{}[bytes={}]", op, t.bytes()); }, body);
   }
-
-  void barrier() override { s_.arrive_and_wait(); }
-
- private:
   void publish(const void* data) {
     s_.in[size_t(rank_)] = data;
     s_.arrive_and_wait();
@@ -130,6 +156,7 @@ class CpuCommunicator final : public Communicator {
 
   CpuCommGroup::State& s_;
   const int rank_;
+  Backend* backend_;
 };
 
 }  // namespace
@@ -145,13 +172,14 @@ int CpuCommGroup::size() const { return state_->size; }
 
 std::unique_ptr<Communicator> CpuCommGroup::communicator(int rank) {
   MOET_CHECK(rank >= 0 && rank < state_->size, "rank {} outside [0, {})", rank, state_->size);
-  return std::make_unique<CpuCommunicator>(*state_, rank);
+  return std::make_unique<CpuCommunicator>(*state_, rank, nullptr);
 }
 
 std::unique_ptr<Communicator> CpuCommGroup::connect(int local, Backend& backend) {
   MOET_CHECK(backend.name().rfind("cpu", 0) == 0, "the in-process communicator needs CPU backends, not {}",
              backend.name());
-  return communicator(local);
+  MOET_CHECK(local >= 0 && local < state_->size, "rank {} outside [0, {})", local, state_->size);
+  return std::make_unique<CpuCommunicator>(*state_, local, &backend);
 }
 
 void CpuCommGroup::abort(const std::string& why) {
