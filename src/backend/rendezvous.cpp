@@ -28,31 +28,16 @@ namespace moet {
 namespace {
 
 constexpr const char* kMagic = "moet-rendezvous-1";
-constexpr uint32_t kMaxMessage = 1u << 20;
+constexpr uint32_t kMaxMessage = 64u << 20;
 
 using Clock = std::chrono::steady_clock;
 
-class Socket {
- public:
-  explicit Socket(int fd = -1) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Socket& operator=(Socket&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Socket = NodeLink;
 
 // Milliseconds left until `deadline` (at least 0).
 int remaining_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return int(std::max<int64_t>(0, left));
+  return int(std::clamp<int64_t>(left, 0, int64_t(1) << 30));
 }
 
 // Waits until fd is ready for `events` or the deadline passes (then throws naming `what`).
@@ -139,7 +124,8 @@ Socket listen_on(const RendezvousConfig& c) {
   Socket s(::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, 0));
   const int one = 1;
   ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  const bool ok = s.fd() >= 0 && ::bind(s.fd(), address->ai_addr, address->ai_addrlen) == 0 && ::listen(s.fd(), 64) == 0;
+  const bool ok =
+      s.fd() >= 0 && ::bind(s.fd(), address->ai_addr, address->ai_addrlen) == 0 && ::listen(s.fd(), 64) == 0;
   const int err = errno;
   ::freeaddrinfo(address);
   MOET_CHECK(ok, "--master-addr {} --master-port {}: node 0 cannot listen there: {}", c.master_addr, c.master_port,
@@ -167,8 +153,8 @@ Socket connect_to(const RendezvousConfig& c, Clock::time_point deadline) {
        c.master_port, c.node_rank, c.timeout_seconds, last);
 }
 
-std::vector<uint8_t> serve_nodes(const RendezvousConfig& c, const std::string& description,
-                                 std::span<const uint8_t> payload, Clock::time_point deadline) {
+RendezvousResult serve_nodes(const RendezvousConfig& c, const std::string& description,
+                             std::span<const uint8_t> payload, Clock::time_point deadline) {
   Socket listener = listen_on(c);
   std::vector<Socket> nodes(size_t(c.nnodes));
   for (int joined = 1; joined < c.nnodes;) {
@@ -196,15 +182,17 @@ std::vector<uint8_t> serve_nodes(const RendezvousConfig& c, const std::string& d
     ++joined;
     MOET_LOG_INFO("rendezvous: node {} joined ({} of {})", rank, joined, c.nnodes);
   }
+  RendezvousResult result{std::vector<uint8_t>(payload.begin(), payload.end()), {}};
   for (int r = 1; r < c.nnodes; ++r) {
     const std::string what = fmt::format("with node {}", r);
     send_u32(nodes[size_t(r)].fd(), 0, deadline, what);
     send_message(nodes[size_t(r)].fd(), payload, deadline, what);
+    result.links.push_back(std::move(nodes[size_t(r)]));
   }
-  return std::vector<uint8_t>(payload.begin(), payload.end());
+  return result;
 }
 
-std::vector<uint8_t> join_node0(const RendezvousConfig& c, const std::string& description, Clock::time_point deadline) {
+RendezvousResult join_node0(const RendezvousConfig& c, const std::string& description, Clock::time_point deadline) {
   Socket s = connect_to(c, deadline);
   const std::string what = fmt::format("with node 0 at {}:{}", c.master_addr, c.master_port);
   send_message(s.fd(), as_bytes(kMagic), deadline, what);
@@ -213,20 +201,53 @@ std::vector<uint8_t> join_node0(const RendezvousConfig& c, const std::string& de
   const uint32_t status = receive_u32(s.fd(), deadline, what);
   std::vector<uint8_t> reply = receive_message(s.fd(), deadline, what);
   MOET_CHECK(status == 0, "rendezvous: node 0 refused node {}: {}", c.node_rank, as_text(reply));
-  return reply;
+  RendezvousResult result{std::move(reply), {}};
+  result.links.push_back(std::move(s));
+  return result;
+}
+
+// A deadline `seconds` from now (<= 0: none in practice).
+Clock::time_point deadline_in(double seconds) {
+  return seconds > 0 ? Clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000.0))
+                     : Clock::now() + std::chrono::hours(24 * 365);
 }
 
 }  // namespace
 
-std::vector<uint8_t> rendezvous(const RendezvousConfig& c, const std::string& description,
-                                std::span<const uint8_t> payload) {
+NodeLink& NodeLink::operator=(NodeLink&& other) noexcept {
+  std::swap(fd_, other.fd_);
+  return *this;
+}
+
+NodeLink::~NodeLink() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void NodeLink::send(std::span<const uint8_t> message, double timeout_seconds) {
+  MOET_CHECK(open(), "node link: sending on a closed link");
+  MOET_CHECK(message.size() <= kMaxMessage, "node link: a message of {} bytes exceeds {}", message.size(), kMaxMessage);
+  send_message(fd_, message, deadline_in(timeout_seconds), "on a node link");
+}
+
+std::vector<uint8_t> NodeLink::receive(double timeout_seconds) {
+  MOET_CHECK(open(), "node link: receiving on a closed link");
+  return receive_message(fd_, deadline_in(timeout_seconds), "on a node link");
+}
+
+std::pair<NodeLink, NodeLink> NodeLink::pair() {
+  int fds[2];
+  MOET_CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair: {}", std::strerror(errno));
+  return {NodeLink(fds[0]), NodeLink(fds[1])};
+}
+
+RendezvousResult rendezvous(const RendezvousConfig& c, const std::string& description,
+                            std::span<const uint8_t> payload) {
   MOET_CHECK(c.nnodes >= 1, "--nnodes must be at least 1 (got {})", c.nnodes);
   MOET_CHECK(c.node_rank >= 0 && c.node_rank < c.nnodes, "--node-rank {} outside [0, {}) (--nnodes {})", c.node_rank,
              c.nnodes, c.nnodes);
   MOET_CHECK(c.master_port >= 1 && c.master_port <= 65535, "--master-port {} is not a TCP port", c.master_port);
-  if (c.nnodes == 1) return std::vector<uint8_t>(payload.begin(), payload.end());
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::milliseconds(int64_t(c.timeout_seconds * 1000.0));
+  if (c.nnodes == 1) return {std::vector<uint8_t>(payload.begin(), payload.end()), {}};
+  const Clock::time_point deadline = deadline_in(c.timeout_seconds);
   return c.node_rank == 0 ? serve_nodes(c, description, payload, deadline) : join_node0(c, description, deadline);
 }
 

@@ -37,6 +37,7 @@
 #include "io/checkpoint.h"
 #include "models/arch/arch.h"
 #include "models/parallel_model.h"
+#include "models/remote_nodes.h"
 #include "models/weight_loader.h"
 
 #include <nlohmann/json.hpp>
@@ -173,14 +174,19 @@ void run(const BenchFlags& flags) {
     const ModelConfig split_config = model_config_parse(config);
     parallel_check(split_config, parallel.config());
     parallel_check(load_options, parallel.config());
-    group = comm_group_create(flags.device, parallel,
-                              fmt::format("bench {} {}", flags.model_dir + flags.config_file, config.dump()));
-    const ParallelLoad ranks{group.get(), parallel.enable_expert_parallel,
-                             [&](int local) { return rank_backend_create(flags.device, parallel, local); },
-                             [&](Backend& backend, const ModelLoadOptions& own) {
-                               return load(backend, own, own.shard.rank == 0 ? &stats : nullptr);
-                             }};
+    NodeGroup nodes = comm_group_create(flags.device, parallel,
+                                        fmt::format("bench {} {}", flags.model_dir + flags.config_file, config.dump()));
+    group = std::move(nodes.group);
+    ParallelLoad ranks{group.get(), parallel.enable_expert_parallel,
+                       [&](int local) { return rank_backend_create(flags.device, parallel, local); },
+                       [&](Backend& backend, const ModelLoadOptions& own) {
+                         return load(backend, own, own.shard.rank == 0 ? &stats : nullptr);
+                       },
+                       nullptr};
+    if (parallel.node_rank == 0 && !nodes.links.empty())
+      ranks.remote = std::make_shared<RemoteNodes>(std::move(nodes.links));
     model = parallel_model_load(split_config, ranks, load_options);
+    if (parallel.node_rank > 0) return follow_node0(*model, nodes.links.at(0));  // node 0 measures
   }
   const double load_seconds = seconds_since(load_start);
   Backend* backend = &model->backend();

@@ -150,6 +150,7 @@ void run_prompts_file(const GenerateFlags& flags, const std::optional<Tokenizer>
   for (const std::string& text : texts) prompts.push_back(tokenizer->encode(text));
   const GenerateOptions options = generate_options(flags, tokenizer);
   LoadedModel loaded = load_model(flags.model, 1, options.speculative.method == SpeculativeConfig::Method::mtp);
+  if (loaded.follower()) return loaded.follow();  // node 0 runs the prompts
   for (const std::vector<int32_t>& prompt : prompts) {
     const GenerateResult result = generate(*loaded.model, prompt, options);
     const nlohmann::json out =
@@ -173,6 +174,7 @@ void run(const GenerateFlags& flags) {
                                                                          : parse_ids(flags.prompt_ids);
   const GenerateOptions options = generate_options(flags, tokenizer);
   LoadedModel loaded = load_model(flags.model, 1, options.speculative.method == SpeculativeConfig::Method::mtp);
+  if (loaded.follower()) return loaded.follow();  // node 0 runs the prompt
   std::optional<IncrementalDetokenizer> detokenizer;
   if (tokenizer) detokenizer.emplace(*tokenizer, true);
   auto print_token = [&](int32_t id) {

@@ -47,6 +47,7 @@ void run(const ScoreFlags& flags) {
   std::vector<int32_t> ids = tokenizer.encode(read_all(flags.text_file));
   if (flags.max_tokens > 0 && int64_t(ids.size()) > flags.max_tokens) ids.resize(size_t(flags.max_tokens));
   LoadedModel loaded = load_model(flags.model);
+  if (loaded.follower()) return loaded.follow();  // node 0 scores the text
   const KvDtype kv_dtype = loaded.model->kv_layer_specs().front().dtype;
   const std::optional<KvDtype> reference = kv_dtype == KvDtype::f32 ? std::nullopt : std::optional(KvDtype::f32);
   const Fp4Tier* tier = loaded.model->experts().fp4_tier();

@@ -89,6 +89,11 @@ void run(ServeFlags flags) {
   LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts, flags.kv_cache,
                                                flags.parallel},
                                   flags.engine.max_num_seqs, mtp);
+  if (loaded.follower()) {  // one HTTP front end: node 0's; this node runs its ranks' part of node 0's steps
+    MOET_LOG_INFO("node {} of {}: node 0 ({}) serves HTTP", flags.parallel.node_rank, flags.parallel.nnodes,
+                  flags.parallel.master_addr);
+    return loaded.follow();
+  }
   AsyncEngine engine(*loaded.model, tokenizer, flags.engine);
   const EngineConfig& ec = engine.config();
   const std::vector<KvLayerSpec>& kv_specs = loaded.model->kv_layer_specs();

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "models/arch/arch.h"
+#include "models/remote_nodes.h"
 #ifdef MOET_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -141,17 +142,29 @@ LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool 
         fmt::format("{} (checkpoint {}), tensor-parallel-size {}{}, {} nodes", options.model_dir,
                     loaded.checkpoint->identity(), parallel.tensor_parallel_size,
                     parallel.enable_expert_parallel ? " with expert parallelism" : "", parallel.nnodes);
-    loaded.group = comm_group_create(options.device, parallel, description);
+    NodeGroup nodes = comm_group_create(options.device, parallel, description);
+    loaded.group = std::move(nodes.group);
     const Checkpoint& checkpoint = *loaded.checkpoint;
-    const ParallelLoad ranks{loaded.group.get(), parallel.enable_expert_parallel,
-                             [&](int local) { return rank_backend_create(options.device, parallel, local); },
-                             [&](Backend& backend, const ModelLoadOptions& own) {
-                               return model_load(checkpoint, backend, nullptr, own);
-                             }};
+    ParallelLoad ranks{loaded.group.get(), parallel.enable_expert_parallel,
+                       [&](int local) { return rank_backend_create(options.device, parallel, local); },
+                       [&](Backend& backend, const ModelLoadOptions& own) {
+                         return model_load(checkpoint, backend, nullptr, own);
+                       },
+                       nullptr};
+    if (parallel.node_rank == 0 && !nodes.links.empty()) {
+      ranks.remote = std::make_shared<RemoteNodes>(std::move(nodes.links));
+    } else if (parallel.node_rank > 0) {
+      loaded.node0 = std::move(nodes.links.at(0));
+    }
     loaded.model = parallel_model_load(config, ranks, load);
   }
   loaded.model->set_kv_cache_dtype(kv_dtype);
   return loaded;
+}
+
+void LoadedModel::follow() {
+  MOET_CHECK(follower(), "only a node other than node 0 follows node 0");
+  follow_node0(*model, node0);
 }
 
 }  // namespace moet::cli

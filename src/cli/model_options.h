@@ -66,7 +66,13 @@ struct LoadedModel {
   std::unique_ptr<Checkpoint> checkpoint;
   std::unique_ptr<Backend> backend;  // null for a split model (its ranks own theirs)
   std::unique_ptr<CommGroup> group;  // a split model's ranks (outlives the model)
+  NodeLink node0;                    // a node other than 0 of a model split over nodes: its link to node 0
   std::unique_ptr<Model> model;
+
+  // Whether this process is a node other than 0 (it then only follows node 0: follow()).
+  bool follower() const { return node0.open(); }
+  // Runs node 0's steps on this node's ranks until node 0 stops (models/remote_nodes.h).
+  void follow();
 };
 
 // The experts' load options for `device` (ExpertOptions::resolve; max_step_rows: the most decode
@@ -75,7 +81,8 @@ ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOpt
 // Fails with one line for a family this device cannot run yet (GLM-5 and DeepSeek-V4 on CUDA).
 void family_device_gate(const nlohmann::json& config, const DeviceOptions& device);
 // load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp). With
-// --tensor-parallel-size > 1 a ParallelModel over comm_group_create()'s ranks (models/parallel_model.h).
+// --tensor-parallel-size > 1 a ParallelModel over comm_group_create()'s ranks (models/parallel_model.h);
+// over several nodes node 0's tells the others every step, and the others must follow().
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows = 1, bool load_mtp = false);
 
 }  // namespace moet::cli

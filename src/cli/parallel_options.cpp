@@ -30,7 +30,9 @@ void ParallelOptions::add_to(CLI::App& sub) {
       ->envname("MOET_NNODES")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub.add_option("--node-rank", node_rank, "this node's index in [0, --nnodes); node 0 serves HTTP")
+  sub.add_option("--node-rank", node_rank,
+                 "this node's index in [0, --nnodes); node 0 runs the engine and serves HTTP, the others follow "
+                 "its steps")
       ->envname("MOET_NODE_RANK")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -49,8 +51,7 @@ void parallel_device_gate(const DeviceOptions& device, const ParallelOptions& pa
        "(tools/gpu/parallel.sh); use --device cpu");
 }
 
-std::unique_ptr<CommGroup> comm_group_create(const DeviceOptions& device, const ParallelOptions& p,
-                                             const std::string& description) {
+NodeGroup comm_group_create(const DeviceOptions& device, const ParallelOptions& p, const std::string& description) {
   const int size = p.tensor_parallel_size;
   MOET_CHECK(p.nnodes >= 1 && p.node_rank < p.nnodes, "--node-rank {} outside [0, --nnodes {})", p.node_rank,
              p.nnodes);
@@ -59,17 +60,16 @@ std::unique_ptr<CommGroup> comm_group_create(const DeviceOptions& device, const 
   if (device.device == "cpu") {
     MOET_CHECK(p.nnodes == 1, "--nnodes {} needs --device cuda: the CPU's ranks are threads of one process",
                p.nnodes);
-    return std::make_unique<CpuCommGroup>(size);
+    return {std::make_unique<CpuCommGroup>(size), {}};
   }
 #ifdef MOET_HAVE_NCCL
   const int local = size / p.nnodes;
   NcclId id{};
   if (p.node_rank == 0) id = nccl_unique_id();
-  const std::vector<uint8_t> shared =
-      rendezvous({p.nnodes, p.node_rank, p.master_addr, p.master_port}, description, id);
-  MOET_CHECK(shared.size() == id.size(), "rendezvous: node 0 sent {} bytes, not an NCCL id", shared.size());
-  std::copy(shared.begin(), shared.end(), id.begin());
-  return nccl_comm_group_create(id, size, p.node_rank * local, local);
+  RendezvousResult met = rendezvous({p.nnodes, p.node_rank, p.master_addr, p.master_port}, description, id);
+  MOET_CHECK(met.payload.size() == id.size(), "rendezvous: node 0 sent {} bytes, not an NCCL id", met.payload.size());
+  std::copy(met.payload.begin(), met.payload.end(), id.begin());
+  return {nccl_comm_group_create(id, size, p.node_rank * local, local), std::move(met.links)};
 #else
   (void)description;
   fail("--tensor-parallel-size on --device {}: this moet was built without NCCL (nccl.h was not found at configure "

@@ -7,12 +7,14 @@
 
 #include "backend/backend.h"
 #include "backend/communicator.h"
+#include "backend/rendezvous.h"
 #include "models/parallel_model.h"
 
 #include <CLI/CLI.hpp>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace moet::cli {
 
@@ -38,9 +40,14 @@ struct ParallelOptions {
 void parallel_device_gate(const DeviceOptions& device, const ParallelOptions& parallel);
 
 // This process's ranks and their communicators for `device` (checked against the flags: the ranks
-// per node, the CPU on one node).
-std::unique_ptr<CommGroup> comm_group_create(const DeviceOptions& device, const ParallelOptions& parallel,
-                                             const std::string& description);
+// per node, the CPU on one node), and over several nodes the rendezvous' links: on node 0 to every
+// other node (RemoteNodes), on the others to node 0 (follow_node0).
+struct NodeGroup {
+  std::unique_ptr<CommGroup> group;
+  std::vector<NodeLink> links;
+};
+NodeGroup comm_group_create(const DeviceOptions& device, const ParallelOptions& parallel,
+                            const std::string& description);
 
 // The backend of local rank `local` of a split model: CPU ranks share --threads (at least one
 // thread each), CUDA rank l takes GPU l.

@@ -17,7 +17,8 @@ void ExpertPool::load_layer(int64_t layer, ExpertLoader& loader, ExpertUploadSin
   MOET_CHECK(layer >= 0 && layer < layers(), "expert pool: layer {} outside [0, {})", layer, layers());
   std::vector<ExpertWeights> weights(static_cast<size_t>(experts_));  // other ranks' experts stay absent
   if (!tiered())
-    for (int64_t e = loader.expert_begin(); e < loader.expert_end(); ++e) weights[size_t(e)] = loader.load(sink, layer, e);
+    for (int64_t e = loader.expert_begin(); e < loader.expert_end(); ++e)
+      weights[size_t(e)] = loader.load(sink, layer, e);
   layers_[size_t(layer)] = backend_.expert_set(loader.layout(), std::move(weights));
 }
 

@@ -13,6 +13,7 @@
 #include "core/paged_kv.h"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,9 @@ struct KvCache {
   // A model split over ranks (models/parallel_model.h): the caches of ranks 1, 2, ... (the same
   // specs, blocks and slots, each in its rank's backend); `layers` is rank 0's.
   std::vector<KvCache> ranks;
+  // Split over nodes (models/remote_nodes.h): the id the other nodes know this cache by (releasing
+  // the last copy tells them to release theirs).
+  std::shared_ptr<const int64_t> remote;
 };
 
 // Allocates one cache per spec in the backend's memory (zeroed). Fails with a clear error for a

@@ -18,7 +18,8 @@ namespace {
 // Rows [first, first + count) of a [rows, cols] tensor, in place.
 Tensor row_view(const Tensor& t, int64_t first, int64_t count) {
   const int64_t cols = t.cols();
-  return Tensor{t.dtype, {count, cols}, t.storage, static_cast<uint8_t*>(t.data) + size_t(first * cols) * dtype_size(t.dtype)};
+  return Tensor{t.dtype, {count, cols}, t.storage,
+                static_cast<uint8_t*>(t.data) + size_t(first * cols) * dtype_size(t.dtype)};
 }
 
 class DenseMlp final : public FfnBlock {

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/rank_threads.h"
 #include "models/blocks.h"
+#include "models/remote_nodes.h"
 
 namespace moet {
 namespace {
@@ -17,7 +18,8 @@ struct Rank {
 
 class ParallelModel final : public Model {
  public:
-  explicit ParallelModel(CommGroup& group) : group_(group), threads_(group.local_size()), ranks_(size_t(group.local_size())) {}
+  ParallelModel(CommGroup& group, std::shared_ptr<RemoteNodes> remote)
+      : group_(group), remote_(std::move(remote)), threads_(group.local_size()), ranks_(size_t(group.local_size())) {}
 
   ~ParallelModel() override {
     // Each rank's model and backend go on the rank's thread (a GPU rank's device is bound there).
@@ -63,12 +65,27 @@ class ParallelModel final : public Model {
     run([&](int r) { caches[size_t(r)] = ranks_[size_t(r)].model->kv_cache_create(specs, blocks, block_size); });
     KvCache cache = std::move(caches[0]);
     cache.ranks.assign(std::make_move_iterator(caches.begin() + 1), std::make_move_iterator(caches.end()));
+    if (remote_) {
+      const int64_t id = remote_->create_cache(specs, blocks, block_size);
+      cache.remote = std::shared_ptr<const int64_t>(new int64_t(id), [remote = remote_](const int64_t* p) {
+        try {
+          remote->destroy_cache(*p);
+        } catch (const std::exception& e) {
+          MOET_LOG_WARN("releasing a KV cache on the other nodes: {}", e.what());
+        }
+        delete p;
+      });
+    }
     return cache;
   }
 
   StepOutput forward(const ForwardBatch& batch, KvCache& cache) override {
     MOET_CHECK(cache.ranks.size() + 1 == ranks_.size(), "forward: a KV cache for {} ranks on a model of {}",
                cache.ranks.size() + 1, ranks_.size());
+    if (remote_) {
+      MOET_CHECK(cache.remote != nullptr, "forward: a KV cache the other nodes do not know");
+      remote_->forward(*cache.remote, batch);
+    }
     StepOutput output;
     run([&](int r) {
       KvCache& own = r == 0 ? cache : cache.ranks[size_t(r - 1)];
@@ -87,12 +104,13 @@ class ParallelModel final : public Model {
     try {
       threads_.run(body, [this](const std::string& why) { group_.abort(why); });
     } catch (...) {
-      broken_ = !group_.reset();
+      broken_ = !group_.reset() || remote_ != nullptr;  // other nodes' ranks may still wait
       throw;
     }
   }
 
   CommGroup& group_;
+  std::shared_ptr<RemoteNodes> remote_;
   RankThreads threads_;
   std::vector<Rank> ranks_;
   bool broken_ = false;
@@ -155,7 +173,7 @@ std::unique_ptr<Model> parallel_model_load(const ModelConfig& config, const Para
   const ParallelConfig parallel{load.group->size(), load.expert_parallel};
   parallel_check(config, parallel);
   parallel_check(options, parallel);
-  auto model = std::make_unique<ParallelModel>(*load.group);
+  auto model = std::make_unique<ParallelModel>(*load.group, load.remote);
   model->load(load, options);
   return model;
 }

@@ -5,7 +5,9 @@
 // rank 0's output; the ranks' collectives make every rank's residual stream and logits the same
 // bits, so routing, which every rank computes for itself, agrees. A rank that fails aborts the
 // group's collectives so the others return, and the error reaches the caller; a CPU group is then
-// usable again (the next step runs), an NCCL one is not (the model then refuses every step).
+// usable again (the next step runs), an NCCL one is not (the model then refuses every step), nor is
+// a model split over nodes. On node 0 of several (ParallelLoad::remote) every KV cache and forward
+// is told to the other nodes before the local ranks run it (models/remote_nodes.h).
 // The engine sees one Model: its config, rank 0's backend, KV specs (one rank's share) and experts.
 #pragma once
 
@@ -32,6 +34,8 @@ void parallel_check(const ModelConfig& config, const ParallelConfig& parallel);
 // The same for what the load options ask beside it (the expert cache, the FP4 tier, MTP).
 void parallel_check(const ModelLoadOptions& options, const ParallelConfig& parallel);
 
+class RemoteNodes;
+
 struct ParallelLoad {
   CommGroup* group = nullptr;  // the model's ranks are the group's local ranks
   bool expert_parallel = false;
@@ -39,6 +43,8 @@ struct ParallelLoad {
   std::function<std::unique_ptr<Backend>(int local)> backend;
   // A rank's model over its backend (options.shard names the rank), on the rank's thread.
   std::function<std::unique_ptr<Model>(Backend&, const ModelLoadOptions&)> model;
+  // Node 0 of a model split over nodes: the other nodes, told every KV cache and forward first.
+  std::shared_ptr<RemoteNodes> remote;
 };
 
 // Loads every local rank's part of the model at once (one thread per rank); `config` is checked

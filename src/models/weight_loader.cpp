@@ -92,7 +92,9 @@ std::vector<int64_t> part_shape(const std::string& name, const std::vector<int64
 
 // Whether [begin, end) of an FP8-block dimension keeps its 128-blocks: it starts on a block edge or
 // lies inside one block (the part's own blocks are then the checkpoint's).
-bool fp8_part_aligned(int64_t begin, int64_t end) { return begin % kFp8Block == 0 || begin / kFp8Block == (end - 1) / kFp8Block; }
+bool fp8_part_aligned(int64_t begin, int64_t end) {
+  return begin % kFp8Block == 0 || begin / kFp8Block == (end - 1) / kFp8Block;
+}
 
 }  // namespace
 

@@ -10,12 +10,14 @@
 #          (fixtures, logits and greedy tokens) and run-to-run identity; then, on its own under a
 #          60 s limit, whether NCCL accepts two ranks on one GPU (it is expected to refuse);
 #   bench  (two GPUs, after that gate is lifted) greedy identity of `moet generate` split over 2 GPUs
-#          on the fixtures against their goldens, then `moet bench` of MODELS (config:layers, default
-#          "Qwen3-235B-A22B:94 DeepSeek-V3:61", invented weights, W2 experts) at BATCHES (default
-#          "1 8") with --tensor-parallel-size 2, without and with --enable-expert-parallel, and on one
-#          GPU where the model fits (Qwen3-235B; DeepSeek-V3's 671B needs two), each with --profile:
-#          decode tokens/s and the collectives' share of rank 0's step (its per-op profile, CUDA
-#          events around every op and collective) go into RESULTS_DIR/summary.txt.
+#          on the fixtures against their goldens, the same over two processes of one GPU each
+#          (--nnodes 2 on this host: the rendezvous, node 1 following node 0), then `moet bench` of
+#          MODELS (config:layers, default "Qwen3-235B-A22B:94 DeepSeek-V3:61", invented weights, W2
+#          experts) at BATCHES (default "1 8") with --tensor-parallel-size 2, without and with
+#          --enable-expert-parallel, and on one GPU where the model fits (Qwen3-235B; DeepSeek-V3's
+#          671B needs two), each with --profile: decode tokens/s and the collectives' share of rank
+#          0's step (its per-op profile, CUDA events around every op and collective) go into
+#          RESULTS_DIR/summary.txt.
 # Each run is killed after MOET_PAR_LIMIT seconds (default 300); JSON and logs per run go into
 # RESULTS_DIR. Usage: bash tools/gpu/parallel.sh RESULTS_DIR tests|bench
 set -uo pipefail
@@ -42,7 +44,8 @@ step() {  # step NAME LIMIT COMMAND...
 }
 
 if [ "$MODE" = tests ]; then
-  step nccl_tests "$LIMIT" "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.*' --gtest_output=json:"$OUT_DIR/nccl_tests.json"
+  step nccl_tests "$LIMIT" "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.*' \
+    --gtest_output=json:"$OUT_DIR/nccl_tests.json"
   step nccl_two_ranks_one_gpu 60 "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.DISABLED_TwoRanksOnOneGpu' \
     --gtest_also_run_disabled_tests
   grep -h "NCCL" "$OUT_DIR"/nccl_*.log | sort -u | tee "$OUT_DIR/summary.txt"
@@ -51,27 +54,50 @@ fi
 
 [ "$MODE" = bench ] || { echo "unknown mode $MODE (tests or bench)" >&2; exit 2; }
 [ "$GPUS" -ge 2 ] || echo "warning: $GPUS GPU(s) visible; the split runs need 2" | tee -a "$OUT_DIR/steps.txt"
-for fixture in qwen3_moe deepseek_v3 glm4_moe mixtral; do
-  ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('tests/fixtures/$fixture/golden.json'))['prompt_ids'])))")
-  for split in "" "--enable-expert-parallel"; do
-    name=generate_${fixture}_tp2${split:+_ep}
-    step "$name" "$LIMIT" "$CARRY/moet" generate --device cuda --model "tests/fixtures/$fixture" --prompt-ids "$ids" \
-      --max-tokens 16 --experts native --kv-cache-dtype fp32 --json --tensor-parallel-size 2 $split
-    python3 - "$OUT_DIR/$name.log" "tests/fixtures/$fixture/golden.json" <<'EOF' | tee -a "$OUT_DIR/summary.txt"
+check_golden() {  # check_golden NAME FIXTURE: NAME.log's JSON line against the fixture's greedy tokens
+  python3 - "$OUT_DIR/$1.log" "tests/fixtures/$2/golden.json" <<'EOF' | tee -a "$OUT_DIR/summary.txt"
 import json, sys
 log, golden = open(sys.argv[1]).read().splitlines(), json.load(open(sys.argv[2]))
 out = next((json.loads(l) for l in reversed(log) if l.startswith("{")), None)
 same = out is not None and out["output_ids"] == golden["greedy_ids"]
 print(f"{sys.argv[1].split('/')[-1][:-4]}: greedy tokens {'equal to' if same else 'DIFFERENT from'} the golden")
 EOF
+}
+prompt_ids() {
+  python3 -c "import json, sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt_ids'])))" \
+    "tests/fixtures/$1/golden.json"
+}
+for fixture in qwen3_moe deepseek_v3 glm4_moe mixtral; do
+  for split in "" "--enable-expert-parallel"; do
+    name=generate_${fixture}_tp2${split:+_ep}
+    step "$name" "$LIMIT" "$CARRY/moet" generate --device cuda --model "tests/fixtures/$fixture" \
+      --prompt-ids "$(prompt_ids "$fixture")" --max-tokens 16 --experts native --kv-cache-dtype fp32 --json \
+      --tensor-parallel-size 2 $split
+    check_golden "$name" "$fixture"
   done
+done
+# Two nodes on this host: two processes of one GPU each (CUDA_VISIBLE_DEVICES), the TCP rendezvous
+# on 127.0.0.1, node 1 following node 0's steps (models/remote_nodes.h).
+for split in "" "--enable-expert-parallel"; do
+  name=generate_deepseek_v3_two_nodes${split:+_ep}
+  two_nodes=(generate --device cuda --model tests/fixtures/deepseek_v3 --prompt-ids "$(prompt_ids deepseek_v3)"
+             --max-tokens 16 --experts native --kv-cache-dtype fp32 --json --tensor-parallel-size 2 $split
+             --nnodes 2 --master-addr 127.0.0.1 --master-port 29517)
+  CUDA_VISIBLE_DEVICES=1 timeout -k 10 "$LIMIT" "$CARRY/moet" "${two_nodes[@]}" --node-rank 1 \
+    > "$OUT_DIR/${name}_node1.log" 2>&1 &
+  node1=$!
+  CUDA_VISIBLE_DEVICES=0 step "$name" "$LIMIT" "$CARRY/moet" "${two_nodes[@]}" --node-rank 0
+  wait "$node1"
+  echo "${name}_node1: exit $?" | tee -a "$OUT_DIR/steps.txt"
+  check_golden "$name" deepseek_v3
 done
 for entry in $MODELS; do
   model=${entry%%:*} layers=${entry##*:}
   for batch in $BATCHES; do
     for split in "1" "2" "2 --enable-expert-parallel"; do
       [ "$split" = 1 ] && [ "$model" = DeepSeek-V3 ] && continue  # 671B: W2 experts need two H200s
-      name=bench_$(echo "$model" | tr 'A-Z.-' 'a-z__')_b${batch}_tp${split%% *}$([ "${split#* }" != "$split" ] && echo _ep)
+      ep=$([ "${split#* }" != "$split" ] && echo _ep)
+      name=bench_$(echo "$model" | tr 'A-Z.-' 'a-z__')_b${batch}_tp${split%% *}$ep
       step "$name" "$LIMIT" "$CARRY/moet" bench --device cuda --config "bench/configs/$model.config.json" \
         --layers "$layers" --batch "$batch" --profile --json-out "$OUT_DIR/$name.json" --tensor-parallel-size $split
     done

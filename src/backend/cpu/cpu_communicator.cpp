@@ -106,7 +106,8 @@ class CpuCommunicator final : public Communicator {
     communicator_check("all_gather", in, out, 1, s_.size);
     publish(in.data);
     for (int r = 0; r < s_.size; ++r)
-      if (in.bytes() > 0) std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * in.bytes(), s_.in[size_t(r)], in.bytes());
+      if (in.bytes() > 0)
+        std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * in.bytes(), s_.in[size_t(r)], in.bytes());
     s_.arrive_and_wait();
   }
 
@@ -130,7 +131,8 @@ class CpuCommunicator final : public Communicator {
     publish(in.data);
     for (int r = 0; r < s_.size; ++r)
       if (chunk > 0)
-        std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * chunk, peer<uint8_t>(r) + size_t(rank_) * chunk, chunk);
+        std::memcpy(static_cast<uint8_t*>(out.data) + size_t(r) * chunk, peer<uint8_t>(r) + size_t(rank_) * chunk,
+                    chunk);
     s_.arrive_and_wait();
   }
 
@@ -160,6 +162,35 @@ class CpuCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+namespace {
+
+// Ranks [first, first + count) of a CpuCommGroup as a group (see CpuCommGroup::node).
+class CpuNodeGroup final : public CommGroup {
+ public:
+  CpuNodeGroup(CpuCommGroup& all, int first, int count) : all_(all), first_(first), count_(count) {}
+  int size() const override { return all_.size(); }
+  int local_size() const override { return count_; }
+  int first_rank() const override { return first_; }
+  std::unique_ptr<Communicator> connect(int local, Backend& backend) override {
+    MOET_CHECK(local >= 0 && local < count_, "local rank {} outside [0, {})", local, count_);
+    return all_.connect(first_ + local, backend);
+  }
+  void abort(const std::string& why) override { all_.abort(why); }
+  bool reset() override { return all_.reset(); }
+
+ private:
+  CpuCommGroup& all_;
+  const int first_, count_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommGroup> CpuCommGroup::node(int first, int count) {
+  MOET_CHECK(first >= 0 && count >= 1 && first + count <= size(), "ranks [{}, {}) outside the group's {}", first,
+             first + count, size());
+  return std::make_unique<CpuNodeGroup>(*this, first, count);
+}
 
 CpuCommGroup::CpuCommGroup(int size) {
   MOET_CHECK(size >= 1, "a communicator group needs at least one rank (got {})", size);

@@ -31,6 +31,10 @@ class CpuCommGroup final : public CommGroup {
   void abort(const std::string& why) override;
   // Clears an abort; only while no rank is inside a collective.
   bool reset() override;
+  // The group's ranks [first, first + count) as a group of their own (local rank l = rank first +
+  // l): the ranks of one "node" of a model split over nodes, all in this process (the tests of the
+  // nodes' protocol, models/remote_nodes.h). This group must outlive it.
+  std::unique_ptr<CommGroup> node(int first, int count);
 
   struct State;
 

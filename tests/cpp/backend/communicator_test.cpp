@@ -94,7 +94,8 @@ TEST(CpuCommunicator, GatherScatterAllToAllAndBroadcast) {
       std::mt19937_64 rng(static_cast<uint64_t>(r));
       Backend& b = *ranks.backends[size_t(r)];
       Communicator& comm = *ranks.comms[size_t(r)];
-      const Tensor mine = ranks.tensor(r, std::vector<float>(inputs[size_t(r)].begin(), inputs[size_t(r)].begin() + part));
+      const Tensor mine =
+          ranks.tensor(r, std::vector<float>(inputs[size_t(r)].begin(), inputs[size_t(r)].begin() + part));
       Tensor all = b.alloc({n * part});
       jitter(rng);
       comm.all_gather(mine, all);

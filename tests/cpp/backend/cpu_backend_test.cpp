@@ -76,8 +76,8 @@ TEST(CpuBackend, EmbeddingOfARowRangeIsZeroOutsideIt) {
   backend->embedding(whole_table, 0, whole);
   backend->fill_zero(sum);
   for (int64_t first : {0, 5}) {
-    const Tensor rows = tensor(*backend, std::vector<float>(table.begin() + first * dim, table.begin() + (first + 5) * dim),
-                               {5, dim});
+    const std::vector<float> own(table.begin() + first * dim, table.begin() + (first + 5) * dim);
+    const Tensor rows = tensor(*backend, own, {5, dim});
     backend->embedding(rows, first, part);
     for (int64_t t = 0; t < 4; ++t) {
       const bool inside = tokens[size_t(t)] >= first && tokens[size_t(t)] < first + 5;

@@ -2,7 +2,7 @@
 // host (fork): node 1 receives exactly node 0's payload (an NCCL unique id's 128 bytes) whichever
 // starts first; a node with another description or a node rank outside --nnodes is refused, and
 // both sides say why; a node that cannot reach node 0 gives up after its timeout with a message
-// naming --master-addr / --master-port.
+// naming --master-addr / --master-port. The connections stay open as node links (messages both ways).
 #include "backend/rendezvous.h"
 #include "core/error.h"
 
@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -49,8 +50,12 @@ class ChildNode {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       std::string reply;
       try {
-        const std::vector<uint8_t> payload = rendezvous(config, description);
-        reply = "ok:" + std::string(payload.begin(), payload.end());
+        RendezvousResult joined = rendezvous(config, description);
+        reply = "ok:" + std::string(joined.payload.begin(), joined.payload.end());
+        // Echo one message from node 0 back over the link, reversed.
+        std::vector<uint8_t> message = joined.links.at(0).receive(10.0);
+        std::reverse(message.begin(), message.end());
+        joined.links.at(0).send(message);
       } catch (const std::exception& e) {
         reply = std::string("error:") + e.what();
       }
@@ -89,8 +94,12 @@ TEST(Rendezvous, TwoProcessesShareNode0sId) {
   for (int child_delay : {0, 300}) {  // node 1 first (it retries), or node 0 first (it waits)
     const int port = free_port();
     ChildNode child({2, 1, "127.0.0.1", port, 10.0}, "model m, tp 2", child_delay);
-    const std::vector<uint8_t> mine = rendezvous({2, 0, "127.0.0.1", port, 10.0}, "model m, tp 2", id);
-    EXPECT_EQ(mine, id);
+    RendezvousResult mine = rendezvous({2, 0, "127.0.0.1", port, 10.0}, "model m, tp 2", id);
+    EXPECT_EQ(mine.payload, id);
+    ASSERT_EQ(mine.links.size(), 1u);
+    const std::vector<uint8_t> message = {1, 2, 3, 0, 255};
+    mine.links[0].send(message);
+    EXPECT_EQ(mine.links[0].receive(10.0), (std::vector<uint8_t>{255, 0, 3, 2, 1}));
     EXPECT_EQ(child.result(), "ok:" + std::string(id.begin(), id.end()));
   }
 }
@@ -141,7 +150,7 @@ TEST(Rendezvous, UnreachableNode0TimesOutWithAMessage) {
 
 TEST(Rendezvous, OneNodeAndBadFlags) {
   const std::vector<uint8_t> id = id_bytes();
-  EXPECT_EQ(rendezvous({1, 0, "127.0.0.1", 29500, 1.0}, "m", id), id);  // nothing to meet
+  EXPECT_EQ(rendezvous({1, 0, "127.0.0.1", 29500, 1.0}, "m", id).payload, id);  // nothing to meet
   EXPECT_THROW(rendezvous({2, 2, "127.0.0.1", 29500, 1.0}, "m"), Error);
   EXPECT_THROW(rendezvous({2, 1, "127.0.0.1", 0, 1.0}, "m"), Error);
 }

@@ -1,6 +1,6 @@
 // A model split over GPUs with NCCL (backend/cuda/nccl_communicator.h, models/parallel_model.h,
-// docs/parallel.md). Without a GPU: NCCL loads and makes unique ids. On one GPU: every collective of a one-rank NCCL communicator leaves its data as
-// it was (the N = 1 check of NCCL itself: loaded, initialised, enqueued on the backend's stream),
+// docs/parallel.md). Without a GPU: NCCL loads and makes unique ids. On one GPU: every collective
+// of a one-rank NCCL communicator leaves its data as it was (the N = 1 check of NCCL itself: loaded, initialised, enqueued on the backend's stream),
 // and a fixture model "split" over that one rank gives the unsplit CUDA model's logits and tokens
 // bit for bit, its decode steps replayed as CUDA graphs that hold the NCCL collectives. On two GPUs
 // or more: tensor and expert parallelism over 2 ranks match the CPU's unsplit model (logits within

@@ -309,7 +309,8 @@ TEST(Parallel, ImpossibleSplitsAreRefused) {
   EXPECT_EQ(refusal("mixtral", nlohmann::json::object(), {1, true}),
             "--enable-expert-parallel partitions the experts over the --tensor-parallel-size ranks: give a size of 2 "
             "or more");
-  EXPECT_EQ(refusal("mixtral", nlohmann::json::object(), {4, true}), "accepted");  // 2 KV heads over 4 ranks: each held twice
+  // 2 KV heads over 4 ranks: each held twice.
+  EXPECT_EQ(refusal("mixtral", nlohmann::json::object(), {4, true}), "accepted");
   ModelLoadOptions options;
   options.load_mtp = true;
   EXPECT_THROW(parallel_check(options, ParallelConfig{2, false}), Error);
