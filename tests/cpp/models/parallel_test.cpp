@@ -118,6 +118,9 @@ std::vector<Case> split_cases() {
   for (const char* fixture : {"deepseek_v3_fp8", "qwen3_moe_nvfp4", "mixtral_mxfp4", "deepseek_v4_mxfp4"})
     cases.push_back({fixture, Split{2, false}});
   cases.push_back({"deepseek_v3", Split{4, true}});  // decode rows: ranks with no rows of their own
+  // The hub's config styles: GLM-5 with an indexer in every layer, DeepSeek-V4 with hash routing.
+  for (const char* fixture : {"glm_moe_dsa_b", "deepseek_v4_b"})
+    for (Split split : {Split{2, false}, Split{2, true}}) cases.push_back({fixture, split});
   return cases;
 }
 
