@@ -44,6 +44,7 @@ class Moe final : public FfnBlock {
       params_.correction_bias = bias_.as<float>();
     }
     pool.load_layer(layer, experts, loader);
+    pool.set_router(layer, &router_, &router_bias_, params_);  // next-layer prefetch predicts with it
     if (c.n_shared_experts > 0)
       shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts);
   }
