@@ -7,7 +7,10 @@
 #             against the CPU within FP32 rounding, exclusive tiering and prefetch memcmp-equal to
 #             resident, the W2 untile and slot exchange) plus the suites they touch (MoE kernels,
 #             expert cache, FP4 tier), and bench/experts_host_bench (host expert GB/s against host
-#             memcpy on this 16-core host). Runs with the CUDA gate (cli/model_options.cpp) in place.
+#             memcpy on this 16-core host), bench/cuda_host_experts_bench (slot exchange against load and
+#             the pinned upload ceiling; one DeepSeek-V3-shaped MoE layer resident, through the mailbox
+#             with nothing on the host, with a quarter of its experts on the host). Runs with the
+#             CUDA gate (cli/model_options.cpp) in place.
 #   qwen      (after the gate is lifted) invented weights, batch 1:
 #             - Qwen3-235B-A22B (94 layers) under --gpu-memory-limit 24 (a 24 GB card), zipf:1.0
 #               routing: the inclusive cache of issue 27 (auto size), then with that many slots
@@ -79,6 +82,7 @@ case "$MODE" in
     filter+=':Formats/CudaQuantMoe*:Stores/CudaResidency*:CudaResidencyGr*:CudaFp4Tier*'
     step cuda_tests "$CARRY/moet_cuda_tests" --gtest_filter="$filter"
     step host_bench "$CARRY/experts_host_bench"
+    step cuda_host_experts_bench "$CARRY/cuda_host_experts_bench" "$OUT_DIR/cuda_host_experts_bench.json"
     ;;
   qwen)
     bench q235_inclusive Qwen3-235B-A22B 94 --gpu-memory-limit 24 --dummy-routing zipf:1.0 --expert-cache-gb auto
