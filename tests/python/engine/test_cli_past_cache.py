@@ -11,6 +11,7 @@ import pytest
 TINY = pathlib.Path(__file__).resolve().parents[3] / "models" / "tiny"
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 PROMPT = "3,140,277,414,551,688"
+GOLDEN = json.loads((FIXTURES / "tiny_golden.json").read_text())
 CACHE = ["--expert-cache-slots", 12]  # 25% of models/tiny's 48 routed experts
 
 
@@ -45,6 +46,17 @@ def test_host_experts_give_the_resident_output(run_moet, resident, mode):
         assert e["costs"]["host_fixed_ms"] + e["costs"]["host_row_ms"] > 0 and e["costs"]["fetch_ms"] > 0
     else:
         assert e["chose_host"] == 0 and e["replayed_steps"] == 0
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=["code", "english"])
+def test_host_experts_continue_the_golden_prompts_as_resident(run_moet, case):
+    ids = ",".join(map(str, case["prompt_ids"]))
+    steps = len(case["greedy_ids"])
+    want = run_moet("generate", "--model", TINY, "--prompt-ids", ids, "--max-tokens", steps, "--json")
+    got = run_moet("generate", "--model", TINY, "--prompt-ids", ids, "--max-tokens", steps, "--json", *CACHE,
+                   "--cpu-experts", "on", "--expert-tiering", "exclusive")
+    assert want.returncode == 0 and got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["output_ids"] == json.loads(want.stdout)["output_ids"]
 
 
 def test_every_expert_on_the_host_without_a_cache(run_moet, resident):
