@@ -3,9 +3,12 @@
 // against a host memcpy of the same bytes per iteration measured in the same run (the ceiling a
 // kernel streaming its weights once could reach). Shapes: DeepSeek-V3 (hidden 7168, inner 2048:
 // 11.6 MB a W2 expert) and Qwen3-30B-A3B (2048, 768: 1.1 MB). Experts rotate over 256 MB so that
-// rows come from memory, not from the caches.
+// rows come from memory, not from the caches. Also the W2 product alone with and without the rows
+// sharing each block's decoding (kernels/cpu/w2_rows.h).
 #include "backend/cpu/cpu_backend.h"
 #include "experts/host_experts.h"
+#include "kernels/cpu/w2_matmul.h"
+#include "kernels/cpu/w2_rows.h"
 
 #include <benchmark/benchmark.h>
 
@@ -62,6 +65,30 @@ void BM_HostExpertW2(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(r.bytes));
 }
 
+// One W2 product of DeepSeek-V3's gate_up shape (4096 x 7168, 8.26 MB) for state.range(1) rows, one
+// thread: matmul_w2 (state.range(0) = 0: each row decodes the codes) against matmul_w2_rows (1: the
+// rows share each block's decoding; the same bits), in GB/s of weight bytes.
+void BM_W2Product(benchmark::State& state) {
+  constexpr int64_t kN = 4096, kK = 7168;
+  const int64_t rows = state.range(1);
+  const uint64_t bytes = uint64_t(kN * kK / 4 + kN * kK / 32);
+  const size_t count = std::max<size_t>(2, kRotationBytes / bytes);
+  std::vector<uint8_t> weights(bytes * count);
+  std::mt19937_64 rng(4);
+  for (auto& b : weights) b = uint8_t(119 + rng() % 4);  // valid codes and scale bytes alike
+  std::vector<float> x(size_t(rows * kK), 0.01f), y(size_t(rows * kN));
+  ThreadPool pool(1);
+  const auto product = state.range(0) == 0 ? matmul_w2 : matmul_w2_rows;
+  size_t e = 0;
+  for (auto _ : state) {
+    const uint8_t* w = weights.data() + e * bytes;
+    product(x.data(), rows, kK, w, w + kN * kK / 4, kN, y.data(), pool, cpu_isa_best());
+    benchmark::DoNotOptimize(y.data());
+    e = (e + 1) % count;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+}
+
 // The same bytes per iteration copied (state.range(0): shape).
 void BM_HostMemcpy(benchmark::State& state) {
   const ExpertRowLayout r = kShapes[state.range(0)].row();
@@ -77,6 +104,7 @@ void BM_HostMemcpy(benchmark::State& state) {
 }
 
 BENCHMARK(BM_HostExpertW2)->ArgsProduct({{0, 1}, {1, 4}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_W2Product)->ArgsProduct({{0, 1}, {1, 4, 8}})->UseRealTime();
 BENCHMARK(BM_HostMemcpy)->Arg(0)->Arg(1)->UseRealTime();
 
 }  // namespace

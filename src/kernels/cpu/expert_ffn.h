@@ -3,6 +3,7 @@
 // * up(x[t])), FP32. It is the per-expert work of the CPU backend's MoE op (matmul_w2 / matmul_fp4
 // over the stacked gate/up rows, silu_mul, the down product), so its results are the op's bits;
 // the host experts of tiered residency (experts/host_experts.h) run it from an expert's host row.
+// W2 products share each block's decoding among the rows (kernels/cpu/w2_rows.h: matmul_w2's bits).
 // Parallel over output columns on `pool` (results independent of the thread count).
 #pragma once
 

@@ -1,11 +1,15 @@
 // The host experts' kernel (kernels/cpu/expert_ffn.h): one W2 / MXFP4 expert's SwiGLU FFN gives
-// exactly what the CPU backend's MoE op computes for that expert (it is the op's per-expert work),
-// and stays within FP32 rounding of a float64 evaluation of the dequantized expert.
+// exactly what the CPU backend's MoE op computes for that expert (the op's per-expert work), and
+// stays within FP32 rounding of a float64 evaluation of the dequantized expert; the W2 products
+// sharing a block's decoding among rows (kernels/cpu/w2_rows.h) give matmul_w2's bits for any
+// number of rows.
 #include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "backend/cpu/cpu_backend.h"
 #include "formats/mx_block.h"
 #include "kernels/cpu/expert_ffn.h"
+#include "kernels/cpu/w2_matmul.h"
+#include "kernels/cpu/w2_rows.h"
 
 #include <gtest/gtest.h>
 
@@ -133,6 +137,27 @@ TEST(ExpertFfn, WithinFp32RoundingOfFloat64) {
       }
     }
     EXPECT_GT(worst, 0.0) << "the kernel rounds (a float64 kernel would make this test vacuous)";
+  }
+}
+
+TEST(W2Rows, GiveMatmulW2sBitsForAnyRowCount) {
+  std::mt19937_64 rng(3);
+  for (const int64_t k : {int64_t(32), int64_t(96), int64_t(2048)}) {
+    const int64_t n = 37;
+    std::vector<uint8_t> codes(size_t(n * k / 4)), scales(size_t(n * k / 32));
+    for (auto& c : codes) c = uint8_t(rng());
+    for (auto& s : scales) s = uint8_t(110 + rng() % 20);
+    for (int64_t rows = 1; rows <= 2 * kW2RowsPerPass + 1; ++rows) {
+      const std::vector<float> x = random_floats(size_t(rows * k), uint64_t(k + rows));
+      std::vector<float> want(size_t(rows * n)), got(size_t(rows * n));
+      for (const int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        matmul_w2(x.data(), rows, k, codes.data(), scales.data(), n, want.data(), pool, test_cpu_isa());
+        matmul_w2_rows(x.data(), rows, k, codes.data(), scales.data(), n, got.data(), pool, test_cpu_isa());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "k " << k << " rows " << rows << " threads " << threads;
+      }
+    }
   }
 }
 
