@@ -3,15 +3,6 @@
 
 namespace moet {
 
-const char* miss_action_name(MissAction action) {
-  switch (action) {
-    case MissAction::fetch: return "fetch";
-    case MissAction::host: return "host";
-    case MissAction::skip: return "skip";
-  }
-  return "?";
-}
-
 MissAction choose_miss_action(const MissCosts& costs, const MissSituation& miss) {
   if (miss.skips_left > 0) return MissAction::skip;
   if (!miss.fetch_possible) return MissAction::host;

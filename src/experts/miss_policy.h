@@ -13,12 +13,10 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace moet {
 
 enum class MissAction { fetch, host, skip };
-const char* miss_action_name(MissAction action);
 
 struct MissCosts {
   double fetch_seconds = 0.0;       // one expert read from the store and copied into a slot

@@ -102,11 +102,15 @@ struct Case {
 // hold every expert (`evicting`: steps evicted).
 inline void expect_mode_did_its_work(const TieringConfig& t, const ExpertKpis& k, bool evicting,
                                      const std::string& what) {
-  if (t.residency.tiering == ExpertTiering::exclusive && evicting)
+  if (t.residency.tiering == ExpertTiering::exclusive && evicting) {
     EXPECT_GT(k.written_back_rows, 0) << what << ": exclusive evictions write their rows back";
-  if (t.residency.cpu_experts != CpuExperts::off)
+  }
+  if (t.residency.cpu_experts != CpuExperts::off) {
     EXPECT_GT(k.host_pairs + k.chose_fetch, 0) << what << ": misses were served by the host or chosen for a fetch";
-  if (t.residency.prefetch == ExpertPrefetch::next_layer) EXPECT_GE(k.prefetch_hit_rate, 0.0) << what;
+  }
+  if (t.residency.prefetch == ExpertPrefetch::next_layer) {
+    EXPECT_GE(k.prefetch_hit_rate, 0.0) << what;
+  }
 }
 
 // Every scenario of one store on one model against the resident model's logits, on the backends
@@ -136,8 +140,12 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     Loaded tiered = load(make_backend, checkpoint, dir.path(), config(third));
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " cold");
     const ExpertKpis cold = tiered.model->experts().residency()->kpis();
-    if (fetches && graphs) EXPECT_GT(cold.replayed_steps, 0) << name;
-    if (fetches) EXPECT_GT(cold.fetched_rows, 0) << name;
+    if (fetches && graphs) {
+      EXPECT_GT(cold.replayed_steps, 0) << name;
+    }
+    if (fetches) {
+      EXPECT_GT(cold.fetched_rows, 0) << name;
+    }
     expect_mode_did_its_work(config(third), cold, false, name + " cold");
     expect_same(greedy(*tiered.model, b, c.steps), want_b, name + " warm");
   }
@@ -150,15 +158,21 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     const Decoded got = greedy(*tiered.model, a, c.steps);
     expect_same(got, want_a, name + " evicting");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
-    if (fetches && graphs) EXPECT_GT(k.replayed_steps, 0) << name;
-    if (fetches) EXPECT_GT(k.fetched_rows, c.steps) << name << ": the steps evict";
+    if (fetches && graphs) {
+      EXPECT_GT(k.replayed_steps, 0) << name;
+    }
+    if (fetches) {
+      EXPECT_GT(k.fetched_rows, c.steps) << name << ": the steps evict";
+    }
     expect_mode_did_its_work(config(moe_layers * top_k), k, fetches, name + " evicting");
   }
   {  // a pool smaller than a step's routed set: layer by layer, the prefill's layers in chunks
     Loaded tiered = load(make_backend, checkpoint, dir.path(), config(top_k));
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " smaller than a step");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
-    if (fetches) EXPECT_EQ(k.layerwise_steps, c.steps + 1) << name;
+    if (fetches) {
+      EXPECT_EQ(k.layerwise_steps, c.steps + 1) << name;
+    }
     EXPECT_EQ(k.replayed_steps, 0) << name;
     expect_mode_did_its_work(config(top_k), k, fetches, name + " smaller than a step");
   }
