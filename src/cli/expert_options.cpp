@@ -69,6 +69,28 @@ void ExpertOptions::add_to(CLI::App& sub) {
       ->check(CLI::IsMember({"lru", "frequency"}));
   sub.add_option("--kpi-every", kpi_every, "steps between expert-cache and FP4-tier KPI log lines (0 = none)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-tiering", tiering,
+                 "inclusive (default): the host store holds every expert, the cache copies of some; exclusive: an "
+                 "expert is in the cache or in the host store, never both (capacity = cache + host RAM; a fetch "
+                 "copies the evicted expert back; --expert-store ram or arena, the cache sized in GiB or slots)")
+      ->check(CLI::IsMember({"inclusive", "exclusive"}));
+  sub.add_option("--cpu-experts", cpu_experts,
+                 "routed experts not in the cache: off (fetched, the step run again; default), on (computed on the "
+                 "host from their host rows, the hottest moved into the cache after the step; without a cache every "
+                 "routed expert runs on the host), auto (per miss: fetch, host, or skip within --miss-tolerance, "
+                 "from costs measured at startup)")
+      ->check(CLI::IsMember({"off", "on", "auto"}));
+  sub.add_option("--cpu-expert-threads", cpu_expert_threads,
+                 "--cpu-experts on|auto: host threads computing experts (0 = one per hardware thread)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-promote-per-step", promote_per_step,
+                 "--cpu-experts on|auto: host-computed experts moved into the cache after a step at most (the hottest, "
+                 "replacing colder ones; 0 = the cache keeps what it has)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-prefetch", prefetch,
+                 "off (default) or next-layer: decode steps run layer by layer and each MoE layer's input is routed "
+                 "through the next MoE layer's router to load the experts it predicts before that layer runs")
+      ->check(CLI::IsMember({"off", "next-layer"}));
   fp4.add_to(sub);
 }
 
@@ -77,10 +99,21 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   const uint64_t cache_bytes = gib_or_auto("--expert-cache-gb", cache_gb);
   const bool cache_on = cache_slots > 0 || cache_gb == "auto" || cache_bytes > 0;
   const bool store_flags = store != "ram" || direct_io || ram_gb != "auto" || no_preheat;
-  MOET_CHECK(cache_on || !store_flags, "--expert-store and its flags need the expert cache (--expert-cache-gb or "
-                                       "--expert-cache-slots)");
+  // --cpu-experts on without a cache: no slots, every routed expert on the host.
+  const bool host_only = !cache_on && cpu_experts == "on";
+  MOET_CHECK(cache_on || host_only || !store_flags, "--expert-store and its flags need the expert cache "
+                                                    "(--expert-cache-gb or --expert-cache-slots)");
+  MOET_CHECK(cache_on || host_only || cpu_experts == "off",
+             "--cpu-experts auto chooses between the expert cache and the host: give --expert-cache-gb or "
+             "--expert-cache-slots (or --cpu-experts on to compute every routed expert on the host)");
+  MOET_CHECK(cache_on || tiering == "inclusive",
+             "--expert-tiering exclusive needs the expert cache (--expert-cache-gb GiB or --expert-cache-slots N)");
+  MOET_CHECK(cache_on || prefetch == "off", "--expert-prefetch next-layer loads into the expert cache: give "
+                                            "--expert-cache-gb or --expert-cache-slots");
+  MOET_CHECK(cpu_experts != "off" || (cpu_expert_threads == 0 && promote_per_step == 4),
+             "--cpu-expert-threads and --expert-promote-per-step are for --cpu-experts on or auto");
   fp4.resolve(options, max_step_rows, cache_slots == 0 && cache_gb == "auto", kpi_every);
-  if (!cache_on) return options;
+  if (!cache_on && !host_only) return options;
   MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts: not with --experts native");
   MOET_CHECK(store == "ram" || !pack_dir.empty(), "--expert-store {} reads the pack file: give --pack-dir", store);
   MOET_CHECK(store == "arena" || (ram_gb == "auto" && !no_preheat), "--expert-ram-gb and --no-preheat are for "
@@ -98,6 +131,18 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   t.store.direct_io = direct_io;
   t.store.arena_bytes = gib_or_auto("--expert-ram-gb", ram_gb);
   t.store.preheat = !no_preheat;
+  t.residency.tiering = expert_tiering_parse(tiering);
+  t.residency.cpu_experts = cpu_experts_parse(cpu_experts);
+  t.residency.host_only = host_only;
+  t.residency.cpu_threads = cpu_expert_threads;
+  t.residency.promote_per_step = promote_per_step;
+  t.residency.prefetch = expert_prefetch_parse(prefetch);
+  MOET_CHECK(t.residency.tiering == ExpertTiering::inclusive || (cache_gb != "auto" || cache_slots > 0),
+             "--expert-tiering exclusive sizes the host store by the cache: give --expert-cache-gb GiB or "
+             "--expert-cache-slots N, not auto");
+  MOET_CHECK(t.residency.tiering == ExpertTiering::inclusive || store != "pack",
+             "--expert-tiering exclusive with --expert-store pack: the pack store keeps no row in RAM, so there is "
+             "nothing to make exclusive (use ram or arena)");
   options.tiering = t;
   return options;
 }

@@ -1,8 +1,10 @@
 // The flags that say how routed experts are stored (--experts native|w2|fp4, --zero-mode,
 // --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
 // residency: --expert-cache-gb / --expert-cache-slots, --expert-store and its knobs, the miss
-// protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every), shared by every
-// subcommand that loads a model; the FP4 tier's and the gate's flags are in fp4_options.h.
+// protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every; past the cache:
+// --expert-tiering, --cpu-experts and its --cpu-expert-threads / --expert-promote-per-step,
+// --expert-prefetch), shared by every subcommand that loads a model; the FP4 tier's and the gate's
+// flags are in fp4_options.h.
 #pragma once
 
 #include "cli/fp4_options.h"
@@ -29,6 +31,11 @@ struct ExpertOptions {
   int64_t max_replays = 4;
   std::string eviction = "lru";
   int64_t kpi_every = 500;
+  std::string tiering = "inclusive";
+  std::string cpu_experts = "off";
+  int cpu_expert_threads = 0;
+  int64_t promote_per_step = 4;
+  std::string prefetch = "off";
   Fp4Options fp4;
 
   void add_to(CLI::App& sub);

@@ -104,6 +104,15 @@ ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOpt
   // The one gate of the CUDA FP4 tier (its tests: tests/cpp/cuda/cuda_fp4_tier_test.cpp).
   MOET_CHECK(!(options.fp4_tier && device.device == "cuda"),
              "--fp4-pool-gb / --fp4-pool-slots on --device cuda is not yet verified on a GPU");
+  if (options.tiering) {
+    ResidencyOptions& r = options.tiering->residency;
+    r.host_isa = device.cpu_portable ? CpuIsa::portable : cpu_isa_best();
+    // The one gate of the CUDA paths past the cache (their tests: tests/cpp/cuda/cuda_host_experts_test.cpp).
+    MOET_CHECK(device.device != "cuda" || (r.tiering == ExpertTiering::inclusive && r.cpu_experts == CpuExperts::off &&
+                                           r.prefetch == ExpertPrefetch::off),
+               "--expert-tiering exclusive, --cpu-experts on|auto and --expert-prefetch next-layer on --device cuda "
+               "are not yet verified on a GPU");
+  }
   return options;
 }
 

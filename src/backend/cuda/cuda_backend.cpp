@@ -83,6 +83,11 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(copy_stream_);
   cudaEventDestroy(copy_done_);
   cudaStreamDestroy(copy_stream_);
+  if (writeback_stream_) {
+    cudaStreamSynchronize(writeback_stream_);
+    cudaEventDestroy(writeback_ready_);
+    cudaStreamDestroy(writeback_stream_);
+  }
   cudaStreamDestroy(stream_);
 }
 

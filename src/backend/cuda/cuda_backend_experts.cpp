@@ -68,7 +68,8 @@ size_t CudaBackend::device_expert_bytes(const ExpertLayout& layout) {
 
 ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeights& e, ExpertFormat format) {
   const ExpertWeights* source = &e;
-  const int32_t presence = !e.present() ? kAbsent : e.format == format ? kPresent : kServedElsewhere;
+  const int32_t presence =
+      !e.present() ? (e.host ? kHostComputed : kAbsent) : e.format == format ? kPresent : kServedElsewhere;
   if (presence != kPresent) {
     const ExpertLayout l{format, set.layout.hidden, set.layout.inner};
     const auto key = std::make_tuple(int(l.format), int(set.dense_dtype), l.hidden, l.inner);
@@ -103,7 +104,8 @@ void CudaBackend::write_tables(const ExpertSet& set) {
   pointers.clear();
   for (const ExpertWeights& e : set.experts) {
     ExpertPointers p = table_entry(set, e, set.tier_format);
-    if (p.present == kAbsent) p.present = kServedElsewhere;  // the first table's pass records misses
+    // The first table's pass records misses and adds the host's results.
+    if (p.present == kAbsent || p.present == kHostComputed) p.present = kServedElsewhere;
     pointers.push_back(p);
   }
   copy_to_device(set.tier_table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
@@ -227,6 +229,56 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
   cuda_check(cudaStreamSynchronize(copy_stream_), "waiting for the expert copies");
 }
 
+// Per batch of kSlotLoadBatch: the victims back into their row layout in the writeback scratch on
+// the compute stream (after every step that reads them: W2 untiled, FP4 copied), then their
+// device-to-host copies on the writeback stream while expert_slots_load() brings the new rows in
+// on the copy stream (which also waits for the compute stream): both PCIe directions at once.
+void CudaBackend::expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids,
+                                        std::span<const uint8_t* const> in_rows, std::span<uint8_t* const> out_rows) {
+  MOET_CHECK(ids.size() == in_rows.size() && ids.size() == out_rows.size(),
+             "expert_slots_exchange: {} slots for {} rows in and {} out", ids.size(), in_rows.size(), out_rows.size());
+  for (int64_t id : ids)
+    MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+  const ExpertLayout& l = slots.layout;
+  const ExpertRowLayout& r = slots.row;
+  const size_t row_stride = (r.bytes + 255) / 256 * 256;
+  if (writeback_stream_ == nullptr) {
+    cuda_check(cudaStreamCreateWithFlags(&writeback_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&writeback_ready_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  if (writeback_scratch_.bytes() < size_t(kSlotLoadBatch) * row_stride)
+    writeback_scratch_ = device_tensor(DType::u8, {int64_t(size_t(kSlotLoadBatch) * row_stride)});
+  uint8_t* scratch = writeback_scratch_.as<uint8_t>();
+  for (size_t first = 0; first < ids.size(); first += size_t(kSlotLoadBatch)) {
+    const size_t n = std::min(size_t(kSlotLoadBatch), ids.size() - first);
+    // The previous batch's copies out of the scratch are done before it is rewritten.
+    cuda_check(cudaStreamSynchronize(writeback_stream_), "waiting for expert write-backs");
+    for (size_t i = 0; i < n; ++i) {
+      const ExpertWeights& w = slots.weights[size_t(ids[first + i])];
+      uint8_t* row = scratch + i * row_stride;
+      if (l.format == ExpertFormat::w2) {
+        w2_untile_launch(static_cast<const uint8_t*>(w.gate_up.data), 2 * l.inner, l.hidden, true, row + r.codes13,
+                         row + r.scales13, stream_);
+        w2_untile_launch(static_cast<const uint8_t*>(w.down.data), l.hidden, l.inner, false, row + r.codes2,
+                         row + r.scales2, stream_);
+        check_launch("w2_untile");
+      } else {
+        cuda_check(cudaMemcpyAsync(row, static_cast<const uint8_t*>(w.gate_up.data) - r.codes13, r.bytes,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "copying an evicted expert");
+      }
+    }
+    cuda_check(cudaEventRecord(writeback_ready_, stream_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(writeback_stream_, writeback_ready_), "cudaStreamWaitEvent");
+    for (size_t i = 0; i < n; ++i)
+      cuda_check(cudaMemcpyAsync(out_rows[first + i], scratch + i * row_stride, r.bytes, cudaMemcpyDeviceToHost,
+                                 writeback_stream_),
+                 "writing an evicted expert back to the host");
+    expert_slots_load(slots, ids.subspan(first, n), in_rows.subspan(first, n));
+  }
+  cuda_check(cudaStreamSynchronize(writeback_stream_), "waiting for expert write-backs");
+}
+
 void CudaBackend::copy_rows(std::span<void* const> dsts, std::span<const uint8_t* const> rows, uint64_t bytes) {
   std::vector<const void*> srcs(rows.begin(), rows.end());
   std::vector<size_t> sizes(rows.size(), size_t(bytes));
@@ -277,11 +329,23 @@ void CudaBackend::expert_slots_wait(const ExpertLoadFence& fence) {
     cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(fence.event.get())), "waiting for an expert copy");
 }
 
+// Mapped as well, so that the device can read and write it directly (host experts' mailboxes).
 std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {
   void* memory = nullptr;
   const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable), "allocating page-locked host memory");
+  cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable | cudaHostAllocMapped),
+             "allocating page-locked host memory");
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
+}
+
+void* CudaBackend::mapped_pointer(const void* host) {
+  auto it = mapped_.find(host);
+  if (it == mapped_.end()) {
+    void* device = nullptr;
+    cuda_check(cudaHostGetDevicePointer(&device, const_cast<void*>(host), 0), "cudaHostGetDevicePointer");
+    it = mapped_.emplace(host, device).first;
+  }
+  return it->second;
 }
 
 void CudaBackend::fill_zero(Tensor& t) {

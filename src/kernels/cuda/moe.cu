@@ -81,9 +81,12 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
 // named twice in a row counts once, its first slot; an invalid, absent or elsewhere served one not at all), or
-// out[row] += it (accumulate). Blocks of column 0 record the row's experts in the tracking bits. Warp 0 ranks the row's slots (a counted
-// slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
-// its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
+// out[row] += it (accumulate); y_item of a host entry is host_results[item], where host_valid says
+// the host computed it. Blocks of column 0 record the row's experts in the tracking bits. Warp 0
+// ranks the row's slots (a counted slot's rank: the counted slots with smaller experts) into
+// `order` (a host item as -1 - item);
+// then every thread requests its column of all the items at once and adds them in rank order.
+// Shared memory: 3 * top_k ints.
 __global__ void moe_combine_kernel(MoeArgs a) {
   extern __shared__ int32_t combine_shared[];
   __shared__ int32_t counted;
@@ -103,7 +106,8 @@ __global__ void moe_combine_kernel(MoeArgs a) {
       bool first = e >= 0 && e < a.experts;
       for (int t = 0; t < s && first; ++t) first = ids[t] != e;
       const int32_t presence = first ? a.table[e].present : kAbsent;
-      const bool present = first && presence == kPresent;
+      const bool host = presence == kHostComputed && a.host_valid && a.host_valid[row * top_k + s];
+      const bool present = first && (presence == kPresent || host);
       if (first && blockIdx.x == 0 && a.used_bits) {
         const uint32_t bit = 1u << (e % 32);
         if (presence != kAbsent) {
@@ -111,9 +115,10 @@ __global__ void moe_combine_kernel(MoeArgs a) {
         } else if (!(atomicOr(a.absent_bits + e / 32, bit) & bit)) {
           atomicAdd(a.miss_count, 1);
         }
-        atomicAdd(a.routed_items + (presence == kPresent ? 0 : presence == kAbsent ? 1 : 2), 1);
+        const int which = presence == kPresent ? 0 : presence == kServedElsewhere ? 2 : 1;
+        atomicAdd(a.routed_items + which, 1);
       }
-      counts[s] = present;
+      counts[s] = present ? (host ? 2 : 1) : 0;
     }
     __syncwarp();
     int n = 0;
@@ -121,7 +126,8 @@ __global__ void moe_combine_kernel(MoeArgs a) {
       if (!counts[s]) continue;
       int rank = 0;
       for (int t = 0; t < top_k; ++t) rank += counts[t] && ids[t] < ids[s];
-      order[rank] = int32_t(row * top_k + s);
+      const int32_t item = int32_t(row * top_k + s);
+      order[rank] = counts[s] == 2 ? -1 - item : item;
       ++n;
     }
     n = int(__reduce_add_sync(0xffffffffu, unsigned(n)));
@@ -135,11 +141,17 @@ __global__ void moe_combine_kernel(MoeArgs a) {
   for (int first = 0; first < counted; first += kBatch) {
     float y[kBatch];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (first + i < counted) y[i] = a.item_out[int64_t(order[first + i]) * a.hidden + d];
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i >= counted) continue;
+      const int32_t item = order[first + i];
+      y[i] = item >= 0 ? a.item_out[int64_t(item) * a.hidden + d] : a.host_results[int64_t(-1 - item) * a.hidden + d];
+    }
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (first + i < counted) sum += a.weights[order[first + i]] * y[i];
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i >= counted) continue;
+      const int32_t item = order[first + i];
+      sum += a.weights[item >= 0 ? item : -1 - item] * y[i];
+    }
   }
   a.out[row * a.hidden + d] = sum;
 }
@@ -265,6 +277,11 @@ int moe_quant_rows_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
 }
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
+  moe_launch_products(a, stream);
+  moe_launch_combine(a, stream);
+}
+
+void moe_launch_products(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
   if (a.format == kMoeW2) {
@@ -281,6 +298,9 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
       moe_products<float>(a, max_active, stream);
     }
   }
+}
+
+void moe_launch_combine(const MoeArgs& a, cudaStream_t stream) {
   launch_dependent_kernel<moe_combine_kernel>(dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), dim3(128),
                                               size_t(3 * a.top_k) * sizeof(int32_t), 1, stream, a);
 }
