@@ -111,6 +111,7 @@ void run(const BenchFlags& flags) {
   MOET_CHECK(flags.model_dir.empty() != flags.config_file.empty(), "give exactly one of --model or --config");
   MOET_CHECK(flags.dummy_routing == "uniform" || !flags.config_file.empty(),
              "--dummy-routing shapes invented routers: it needs --config");
+  if (flags.experts.experts == "w2k") check_verified_on_gpu(flags.device, "--experts w2k");
   ModelLoadOptions load_options = flags.experts.resolve(flags.batch);
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
   auto backend = backend_create(flags.device);

@@ -69,6 +69,12 @@ std::unique_ptr<Backend> backend_create(const DeviceOptions& options) {
 #endif
 }
 
+void check_verified_on_gpu(const DeviceOptions& device, std::string_view feature) {
+  static constexpr std::string_view kUnverified[] = {"--experts w2k", "moet imatrix"};
+  for (std::string_view f : kUnverified)
+    MOET_CHECK(device.device != "cuda" || f != feature, "{} on --device cuda is not yet verified on a GPU", feature);
+}
+
 void ModelOptions::add_to(CLI::App& sub) {
   sub.add_option("--model", model_dir, "model folder: config.json + *.safetensors (+ tokenizer files)")
       ->required();
@@ -77,6 +83,7 @@ void ModelOptions::add_to(CLI::App& sub) {
 }
 
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows) {
+  if (options.experts.experts == "w2k") check_verified_on_gpu(options.device, "--experts w2k");
   LoadedModel loaded;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
   loaded.backend = backend_create(options.device);

@@ -73,10 +73,12 @@ struct Loaded {
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 
 inline Loaded load(const BackendFactory& make_backend, const Checkpoint& checkpoint,
-                   const std::filesystem::path& pack_dir, std::optional<TieringConfig> config) {
+                   const std::filesystem::path& pack_dir, std::optional<TieringConfig> config,
+                   ExpertMode experts = ExpertMode::w2) {
   Loaded l;
   l.backend = make_backend();
   ModelLoadOptions options;
+  options.experts = experts;
   options.pack_dir = pack_dir;
   options.tiering = std::move(config);
   l.model = model_load(checkpoint, *l.backend, nullptr, options);
@@ -93,6 +95,7 @@ struct Case {
   std::string model;  // a folder under the source tree
   ExpertStoreKind store;
   int64_t steps;
+  ExpertMode experts = ExpertMode::w2;  // the stored format (w2 or w2k: rows of the same size)
 };
 
 // Every scenario of one store on one model against the resident model's logits, on the backends
@@ -100,18 +103,18 @@ struct Case {
 inline void check_residency_scenarios(const BackendFactory& make_backend, const Case& c) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / c.model);
   TempDir dir;
-  Loaded resident = load(make_backend, checkpoint, {}, std::nullopt);
+  Loaded resident = load(make_backend, checkpoint, {}, std::nullopt, c.experts);
   const ModelConfig& mc = resident.model->config();
   int64_t moe_layers = 0;
   for (bool moe : mc.layer_is_moe) moe_layers += moe;
   const int64_t total = moe_layers * mc.n_routed_experts, top_k = mc.num_experts_per_tok;
   const std::vector<int32_t> a = prompt_for(*resident.model, 9, 1), b = prompt_for(*resident.model, 6, 2);
   const Decoded want_a = greedy(*resident.model, a, c.steps), want_b = greedy(*resident.model, b, c.steps);
-  const std::string name = c.model + "/" + expert_store_name(c.store);
+  const std::string name = c.model + "/" + expert_store_name(c.store) + "/" + expert_mode_name(c.experts);
 
   const int64_t third = std::max(moe_layers * top_k, total / 3);
   {  // cold start (the first boot builds the pack), then a warm pool
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, third));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, third), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " cold");
     const ExpertKpis cold = tiered.model->experts().residency()->kpis();
     EXPECT_GT(cold.replayed_steps, 0) << name;
@@ -119,11 +122,11 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     expect_same(greedy(*tiered.model, b, c.steps), want_b, name + " warm");
   }
   {  // reboot: the pack reused (and the arena's saved hot set read back)
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, third));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, third), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " reboot");
   }
   {  // the smallest pool that holds a decode step whole: steps evict and replay
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, moe_layers * top_k));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, moe_layers * top_k), c.experts);
     const Decoded got = greedy(*tiered.model, a, c.steps);
     expect_same(got, want_a, name + " evicting");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
@@ -131,7 +134,7 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     EXPECT_GT(k.fetched_rows, c.steps) << name << ": the steps evict";
   }
   {  // a pool smaller than a step's routed set: layer by layer, the prefill's layers in chunks
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, top_k));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), tiering(c.store, top_k), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " smaller than a step");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
     EXPECT_EQ(k.layerwise_steps, c.steps + 1) << name;

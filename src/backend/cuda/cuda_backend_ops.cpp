@@ -274,7 +274,8 @@ void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tenso
   const MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(set.table.data),
                      layout.format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
-                     w2 ? kMoeW2 : layout.format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     w2 ? kMoeW2 : layout.format == ExpertFormat::fp4 ? kMoeFp4
+                                 : layout.format == ExpertFormat::w2k ? kMoeW2k : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
                      out.as<float>(), accumulate, set.tracking.absent_bits, set.tracking.used_bits,

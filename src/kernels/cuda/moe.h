@@ -15,11 +15,12 @@
 // entry whose `present` is 0) points at a stand-in expert of the same layout: its items are
 // grouped and computed like any other's, so the work of the present experts, and their bits, do
 // not depend on what is absent, and the combine leaves them out, setting the expert's bit in
-// absent_bits (and counting it) where a present one sets used_bits, and counting the routings. Weights are BF16, F32, W2 or MXFP4
-// (all experts of a layer alike; docs/formats.md: U8 code planes [rows, cols * bits / 8], UE8M0
-// scale planes [rows, cols / 32]); activations FP32, accumulation FP32. MXFP4 is decoded in
-// registers (byte-permute lookup tables) and summed per block of 32 before the one multiply by
-// the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
+// absent_bits (and counting it) where a present one sets used_bits, and counting the routings.
+// Weights are BF16, F32, W2, W2K or MXFP4 (all experts of a layer alike; docs/formats.md: U8 code
+// planes [rows, cols * bits / 8], scale planes [rows, cols / 32]: UE8M0, W2K UE5M3);
+// activations FP32, accumulation FP32. MXFP4 and W2K are decoded in registers (MXFP4: byte-permute
+// lookup tables; W2K: its E8 grid, formats/w2k.h) and summed per block of 32 before the one
+// multiply by the block's scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
 // tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
 #pragma once
 
@@ -30,13 +31,13 @@
 namespace moet::cuda {
 
 // Weight formats of MoeArgs::format (the values of moet::ExpertFormat).
-enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2 };
+enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2, kMoeW2k = 3 };
 
 struct ExpertPointers {
   const void* gate_up;            // [2 * inner, hidden] (dense) or codes [2 * inner, hidden * bits / 8]
   const void* down;               // [hidden, inner] (dense) or codes [hidden, inner * bits / 8]
-  const uint8_t* gate_up_scales;  // block formats: UE8M0 [2 * inner, hidden / 32]; else null
-  const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
+  const uint8_t* gate_up_scales;  // block formats: [2 * inner, hidden / 32] scale bytes; else null
+  const uint8_t* down_scales;     // block formats: [hidden, inner / 32] scale bytes; else null
   int32_t present;                // 0: absent (the pointers are a stand-in's)
   int32_t reserved;
 };
