@@ -15,9 +15,16 @@ namespace {
 constexpr int kCandidates = 11;  // scale factors f = 0.75 + 0.1 i
 constexpr double kTopMagnitude = 2.75;  // the largest |coordinate| of a codeword
 
+// A grid pattern of norm^2 12 (indices 227..255): its coordinate with h = 2 and the two with
+// h = 1, or two = -1 for the one with five h = 1.
+struct NormTwelve {
+  int index = 0, two = -1, one[2] = {0, 0};
+};
+
 struct Tables {
   int16_t index[6561];   // base-3 magnitude pattern (h_j in {0, 1, 2}) -> grid index, -1 outside
   uint8_t parity[256];   // sum h_j mod 2: the parity the count of negative signs must have
+  NormTwelve norm_twelve[29];
   Tables() {
     std::fill(std::begin(index), std::end(index), int16_t(-1));
     for (int a = 0; a < 256; ++a) {
@@ -29,6 +36,18 @@ struct Tables {
       }
       index[key] = int16_t(a);
       parity[a] = uint8_t(sum & 1);
+    }
+    for (int a = 227; a < 256; ++a) {
+      NormTwelve& p = norm_twelve[a - 227];
+      p.index = a;
+      int ones = 0;
+      for (int j = 0; j < 8; ++j) {
+        const int h = (kW2kGrid[a] >> (2 * j)) & 3;
+        if (h == 2) p.two = j;
+        if (h == 1 && ones < 2) p.one[ones] = j;
+        ones += h == 1;
+      }
+      if (ones != 2) p.two = -1;
     }
   }
 };
@@ -164,16 +183,31 @@ Candidate nearest_pattern(const double* z, const double* w) {
       });
     }
   }
-  // The 29 of norm^2 12: one with five h = 1, 28 with two h = 1 and one h = 2. The latter cost at
-  // least base + the cheapest h = 2 step + the two cheapest h = 1 steps (flips cost >= 0).
-  double cheapest_two = INFINITY;
-  for (int i = 0; i < 8; ++i) cheapest_two = std::min(cheapest_two, c.keep[i][2] - c.keep[i][0]);
-  const bool twos = base + cheapest_two + prefix[2] < best.cost;
-  int h[8];
-  for (int a = 227; a < 256; ++a) {
-    int ones = 0;
-    for (int j = 0; j < 8; ++j) h[j] = (kW2kGrid[a] >> (2 * j)) & 3, ones += h[j] == 1;
-    if (ones == 5 || twos) c.evaluate(h, &best);
+  // The 29 of norm^2 12: one with five h = 1 (evaluated whole) and 28 with one h = 2 and two
+  // h = 1 (their three coordinates from the tables; the parity flip as in B).
+  for (const NormTwelve& p : tables().norm_twelve) {
+    if (p.two < 0) {
+      int h[8];
+      for (int j = 0; j < 8; ++j) h[j] = (kW2kGrid[p.index] >> (2 * j)) & 3;
+      c.evaluate(h, &best);
+      continue;
+    }
+    double cost = base + c.keep[p.two][2] - c.keep[p.two][0] + d1[p.one[0]] + d1[p.one[1]];
+    int flip = -1;
+    if ((n & 1) != 0) {
+      int other = 0;
+      while (by_flip[other] == p.two || by_flip[other] == p.one[0] || by_flip[other] == p.one[1]) ++other;
+      flip = by_flip[other];
+      double flip_cost = c.flip[flip][0];
+      if (c.flip[p.two][2] < flip_cost) flip_cost = c.flip[p.two][2], flip = p.two;
+      for (int one : p.one)
+        if (c.flip[one][1] < flip_cost) flip_cost = c.flip[one][1], flip = one;
+      cost += flip_cost;
+    }
+    consider(cost, [&] {
+      best.h[p.two] = 2, best.h[p.one[0]] = 1, best.h[p.one[1]] = 1;
+      best.flip = flip;
+    });
   }
   return best;
 }
@@ -261,7 +295,7 @@ void quantize_block(const double* v, const double* w, uint8_t* codes, uint8_t* s
     const double s = w2k_scale_value(byte);
     double cost = 0, y[8];
     uint16_t words[4];
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < 4 && cost < best; ++q) {  // a candidate already no better is dropped early
       for (int j = 0; j < 8; ++j) y[j] = values[8 * q + j] / s;
       const Choice c = nearest(y, w + 8 * q);
       cost += c.cost * s * s;
