@@ -14,13 +14,13 @@ Candidates (bits per weight exact for any K multiple of 32 unless a row factor i
   sym-r<R>-e5m3 {+-1, +-R} x an 8-bit scale per 32: 5 exponent bits, 3 mantissa bits     2.25
   sel4-e5m1     {+-1, +-R_g} x (5+1)-bit scale, 2 bits choose R_g in {2, 2.5, 3.25, 4.5}  2.25
   b16-row       16-weight blocks, 4-bit scales (1..15) x a float16 row factor             2.25 + 16/K
-  ks-row        32-weight blocks, 4-bit scales + 1 bit choosing the grid {-4,-1,1,4} or its
-                mirror-shifted {-3,-1,1,4}-like pair, float16 row factor (IQ2_KS-like)     2.156 + 16/K
+  ks-row        32-weight blocks, 4-bit scales + 1 bit choosing the grid {-4,-1,1,4} or the
+                non-uniform {-4,-1.5,0.5,3}, float16 row factor (IQ2_KS-like)              2.156 + 16/K
   e8-16         8-dim vectors, a 2^16-point E8 lattice ball codebook (16 bits / 8 weights) x the
                 8-bit e5m3 scale per 32                                                    2.25
   d4-8          4-dim vectors, the 256 smallest points of the shifted D4 lattice x e5m3 / 32 2.25
-  trellis       (RMSE only, a few tensors) a 2-bit bitshift trellis with 8-bit state, Gaussian-like
-                codes from a hash of the state, x e5m3 / 32                                 2.25
+  e8p           the E8P codebook of W2K (formats/w2k.h; this search tries 13 scales, f = 0.25 ..
+                1.45, where the implemented quantizer tries f = 0.75 .. 1.75)               2.25
   *-rht         the same after a fixed random-sign Hadamard rotation of every 32 columns (the
                 activations would be rotated alike at run time)
 
@@ -327,54 +327,6 @@ def e8p_search(W, imp, scales, size=32, chunk=2048):
     return best_q.reshape(W.shape)
 
 
-# ---------------------------------------------------------------- trellis (RMSE only)
-
-def trellis_codes(state_bits):
-    """Gaussian-like reconstruction value of each state: a fixed hash of the state mapped through the
-    inverse normal CDF of its rank (a 'computed' code: no table needed at decode)."""
-    n = 1 << state_bits
-    h = (np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B1) + np.uint64(0x7F4A7C15)) & np.uint64(0xFFFFFFFF)
-    h = (h ^ (h >> np.uint64(15))) * np.uint64(0x2C1B3C6D) & np.uint64(0xFFFFFFFF)
-    ranks = np.argsort(np.argsort(h))
-    from statistics import NormalDist
-    nd = NormalDist()
-    return np.array([nd.inv_cdf((r + 0.5) / n) for r in ranks])
-
-
-def trellis_quantize_row(v, w, codes, state_bits, bits=2):
-    """Viterbi over a bitshift trellis: state_t = (state_{t-1} << bits | new bits) mod 2^L, value
-    codes[state_t]; minimises sum w (v - value)^2 (v already divided by its scale)."""
-    n = 1 << state_bits
-    cost = np.zeros(n)
-    back = np.zeros((len(v), n), dtype=np.int64)
-    prev_of = (np.arange(n)[:, None] >> bits) + (np.arange(1 << bits)[None, :] << (state_bits - bits))
-    for t in range(len(v)):
-        c = cost[prev_of]                      # [n, 2^bits]: predecessors of each state
-        j = c.argmin(1)
-        back[t] = prev_of[np.arange(n), j]
-        cost = c[np.arange(n), j] + w[t] * (v[t] - codes) ** 2
-    s = int(cost.argmin())
-    out = np.empty(len(v))
-    for t in range(len(v) - 1, -1, -1):
-        out[t] = codes[s]
-        s = back[t, s]
-    return out
-
-
-def trellis_search(W, imp, scales, state_bits=8, rows=8):
-    """The first `rows` rows only (Viterbi in numpy is slow); scale per 32 from amax * 0.45 / 2.2."""
-    codes = trellis_codes(state_bits)
-    out = np.zeros((rows, W.shape[1]))
-    for r in range(rows):
-        V = W[r].reshape(-1, 32)
-        amax = np.abs(V).max(1, keepdims=True)
-        idx = np.clip(np.searchsorted(scales, amax / 2.2), 1, len(scales) - 1)
-        sc = np.where(scales[idx - 1] > 0, scales[idx - 1], 1e-30)
-        y = (V / sc).ravel()
-        out[r] = trellis_quantize_row(y, imp, codes, state_bits) * np.repeat(sc.ravel(), 32)
-    return out
-
-
 # ---------------------------------------------------------------- rotation
 
 def rht_matrix(seed=31):
@@ -428,8 +380,6 @@ def quantize(fmt, W, imp, R):
     rot = fmt.endswith("-rht")
     base = fmt[:-4] if rot else fmt
     fn = F[base][1]
-    if base == "trellis":
-        return None
     if rot:
         return unrotate(fn(rotate(W, R), rotated_importance(imp, R)), R)
     return fn(W, imp)
@@ -450,7 +400,6 @@ def main():
                                         "b16-row,ks-row,d4-8,e8-16")
     p.add_argument("--no-weights", action="store_true", help="quantize unweighted (the imatrix only measures)")
     p.add_argument("--max-tensors", type=int, default=0, help="RMSE on the first N tensors only (0 = all)")
-    p.add_argument("--trellis-tensors", type=int, default=0, help="also run the trellis on the first N tensors")
     p.add_argument("--kld", action="store_true", help="score the formats' model copies with moet score")
     p.add_argument("--text", help="held-out text for --kld")
     p.add_argument("--max-tokens", type=int, default=1024)
@@ -480,20 +429,6 @@ def main():
                                   "seconds": round(time.time() - start, 1)}
         print(fmt, json.dumps(report["formats"][fmt]), flush=True)
         dequantized[fmt] = deq
-    if args.trellis_tensors:
-        e5m3 = e5m3_values()
-        rows = []
-        for name, layer, expert, kind, W in experts[:args.trellis_tensors]:
-            imp = importance_of(imatrix, layer, expert, kind, W.shape[1])
-            Q = trellis_search(W, np.ones(W.shape[1]) if args.no_weights else imp, e5m3)
-            sub = W[:Q.shape[0]]
-            q_e8 = dequantized.get("sym-r3-e5m3", {}).get(name)
-            rows.append(errors(sub, Q, imp) + (errors(sub, q_e8[:Q.shape[0]], imp) if q_e8 is not None else (0, 0)))
-        a = np.array(rows).mean(0)
-        report["trellis_subset"] = {"tensors": args.trellis_tensors, "rows_each": 8, "trellis_rel": a[0],
-                                    "trellis_w_rel": a[1], "sym-r3-e5m3_rel_same_rows": a[2],
-                                    "sym-r3-e5m3_w_rel_same_rows": a[3]}
-        print("trellis", json.dumps(report["trellis_subset"]), flush=True)
     if args.kld:
         kld(args, dequantized, report)
     (out / "format_study.json").write_text(json.dumps(report, indent=1) + "\n")

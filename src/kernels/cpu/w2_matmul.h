@@ -38,6 +38,7 @@ inline float ue8m0_to_float(uint8_t byte) {
 struct W2kTables {
   float magnitude[256][8];
   uint8_t parity[256];
+  uint8_t odd[128];  // popcount parity of seven sign bits (no POPCNT needed in the AVX2 build)
 };
 const W2kTables& w2k_tables();
 
@@ -50,7 +51,7 @@ inline float w2k_scale_to_float(uint8_t byte) {
 // One W2K codeword's eight sign bits (bit j: weight j negative; bit 7 from the parity rule).
 inline uint32_t w2k_signs(uint32_t code, const W2kTables& tables) {
   const uint32_t signs = (code >> 8) & 0x7f;
-  return signs | ((uint32_t(std::popcount(signs)) + tables.parity[code & 0xff]) & 1) << 7;
+  return signs | uint32_t(tables.odd[signs] ^ tables.parity[code & 0xff]) << 7;
 }
 
 namespace scalar {

@@ -18,6 +18,7 @@ W2kTables build_tables() {
     }
     t.parity[a] = uint8_t(sum & 1);
   }
+  for (int s = 0; s < 128; ++s) t.odd[s] = uint8_t(__builtin_parity(unsigned(s)));
   return t;
 }
 
