@@ -71,7 +71,7 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     expert_bytes = double(3 * hidden * inner * 2);
   } else {
     const int64_t bits = format == "fp4" ? 4 : 2;
-    const int s = format == "w2k" ? 32 : 0;  // W2K UE5M3 bytes 150..156: scales 2^-6..2^-5 (speed does not depend on them)
+    const int s = format == "w2k" ? 32 : 0;  // W2K UE5M3 bytes 150..156: scales 2^-6..2^-5 (no effect on speed)
     const auto gu = random_u8(size_t(2 * inner * hidden * bits / 8), 0, 255, 1);
     const auto gus = random_u8(size_t(2 * inner * hidden / 32), 118 + s, 124 + s, 2);
     const auto dn = random_u8(size_t(hidden * inner * bits / 8), 0, 255, 3);
@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
     const size_t end = std::min(formats.find(',', begin), formats.size());
     const std::string name = formats.substr(begin, end - begin);
     if (name != "w2" && name != "w2k" && name != "fp4" && name != "bf16") {
-      std::fprintf(stderr, "cuda_moe_bench: unknown expert format '%s' (formats: w2, w2k, fp4, bf16, comma-separated)\n",
+      std::fprintf(stderr,
+                   "cuda_moe_bench: unknown expert format '%s' (formats: w2, w2k, fp4, bf16, comma-separated)\n",
                    name.c_str());
       return 2;
     }

@@ -32,7 +32,10 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
                    e.down.shape == std::vector<int64_t>({hidden, inner * bits / 8}) &&
                    e.gate_up_scales.numel() == 2 * inner * (hidden / 32) && e.down_scales.numel() == hidden * (inner / 32),
                "malformed {} expert planes: gate_up [{}, {}] down [{}, {}] for hidden {} inner {}",
-               layout.format == ExpertFormat::w2 ? "W2" : layout.format == ExpertFormat::w2k ? "W2K" : "FP4", e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1), hidden,
+               layout.format == ExpertFormat::w2    ? "W2"
+               : layout.format == ExpertFormat::w2k ? "W2K"
+                                                    : "FP4",
+               e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1), hidden,
                inner);
   }
   return dense_dtype;

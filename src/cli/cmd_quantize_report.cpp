@@ -73,7 +73,8 @@ nlohmann::json row_json(const Row& r, const std::vector<ErrorFormat>& formats) {
   const TensorStudy& t = r.study;
   nlohmann::json errors = nlohmann::json::object();
   for (size_t i = 0; i < formats.size(); ++i)
-    errors[formats[i].name] = {{"rel_rmse", r.errors[i].rel_rmse}, {"weighted_rel_rmse", r.errors[i].weighted_rel_rmse}};
+    errors[formats[i].name] = {{"rel_rmse", r.errors[i].rel_rmse},
+                               {"weighted_rel_rmse", r.errors[i].weighted_rel_rmse}};
   return {{"tensor", r.name}, {"zero_mode", zero_mode_name(t.zero_mode)},
           {"bias_sym", t.sym.bias}, {"rel_rms_sym", t.sym.rel_rms},
           {"bias_asym", t.asym.bias}, {"rel_rms_asym", t.asym.rel_rms},
@@ -132,8 +133,8 @@ void run(const ReportOptions& o) {
   const ModelConfig config = model_config_parse(ckpt.config());
   const ZeroMode mode = zero_mode_parse(o.zero_mode);
   const std::vector<ErrorFormat> formats = error_formats_parse(o.error_formats);
-  const std::shared_ptr<const Imatrix> imatrix = o.imatrix.empty() ? nullptr
-                                                                   : std::make_shared<const Imatrix>(imatrix_read(o.imatrix));
+  const std::shared_ptr<const Imatrix> imatrix =
+      o.imatrix.empty() ? nullptr : std::make_shared<const Imatrix>(imatrix_read(o.imatrix));
   if (imatrix) imatrix_check(*imatrix, config, o.imatrix);
   ThreadPool pool(o.threads);
   std::vector<Row> rows;
@@ -151,7 +152,8 @@ void run(const ReportOptions& o) {
         const float* importance = imatrix ? imatrix->input(layer, e, tensor == &names.down) : nullptr;
         for (const ErrorFormat& f : formats) {
           const QuantizeOptions options{mode, f.w2, importance};
-          rows.back().errors.push_back(quant_error(source, quantize(f.format, source, options, pool), f.format, importance));
+          const BlockTensor q = quantize(f.format, source, options, pool);
+          rows.back().errors.push_back(quant_error(source, q, f.format, importance));
         }
         const TensorStudy& t = rows.back().study;
         const auto& l = t.asym_codebook.levels;

@@ -16,7 +16,9 @@ StoreFormat store_format_of(ExpertMode mode) {
 }
 
 ExpertFormat expert_format_of(StoreFormat format) {
-  return format == StoreFormat::fp4 ? ExpertFormat::fp4 : format == StoreFormat::w2k ? ExpertFormat::w2k : ExpertFormat::w2;
+  return format == StoreFormat::fp4   ? ExpertFormat::fp4
+         : format == StoreFormat::w2k ? ExpertFormat::w2k
+                                      : ExpertFormat::w2;
 }
 
 void check_shape(const SourceView& view, int64_t rows, int64_t cols) {

@@ -41,7 +41,8 @@ void ImatrixCollector::observe(Backend& backend, int64_t layer, const Tensor& x,
     const int64_t n = int64_t(mine.size());
     std::vector<float> gathered(size_t(n * hidden_)), act(size_t(n * inner_));
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(gathered.data() + i * hidden_, xs.data() + mine[size_t(i)] * hidden_, sizeof(float) * size_t(hidden_));
+      std::memcpy(gathered.data() + i * hidden_, xs.data() + mine[size_t(i)] * hidden_,
+                  sizeof(float) * size_t(hidden_));
     Tensor g = backend.alloc({n, hidden_}), gate_up = backend.alloc({n, 2 * inner_}), a = backend.alloc({n, inner_});
     backend.from_host(gathered.data(), g);
     backend.matmul(g, w.gate_up, nullptr, gate_up);

@@ -1,9 +1,11 @@
 // Requantization of a source expert matrix to the formats moet stores: W2 (the 2-bit base), W2K
-// (the stronger 2-bit format, formats/w2k.h) and MXFP4 (the FP4 tier). Rows are decoded exactly to float64 (source.h) and quantized by the
-// reference block functions (mx_block.h), so the bytes are identical for any thread count and
-// equal to the float64 reference pipeline. MXFP4 sources keep their block scales verbatim.
+// (the stronger 2-bit format, formats/w2k.h) and MXFP4 (the FP4 tier). Rows are decoded exactly
+// to float64 (source.h) and quantized by the reference block functions (mx_block.h, w2k.h), so
+// the bytes are identical for any thread count and equal to the float64 reference pipeline.
+// MXFP4 sources keep their block scales verbatim in W2 and MXFP4 (W2K chooses its own scales).
 // NaN anywhere in the source is an error naming the tensor. This is the API the engine calls
-// when it loads a quantized checkpoint (`--experts w2|fp4`) and the pack builder calls per expert.
+// when it loads a quantized checkpoint (`--experts w2|w2k|fp4`) and the pack builder calls per
+// expert.
 #pragma once
 
 #include "core/thread_pool.h"

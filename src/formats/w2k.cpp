@@ -153,7 +153,8 @@ Candidate nearest_pattern(const double* z, const double* w) {
     for (int j = 0; j < 8; ++j) {
       consider(base + cheapest(k, j) + c.flip[j][0], [&] { ones(k, j), best.flip = j; });
       if (k > 0)
-        consider(base + d1[j] + cheapest(k - 1, j) + c.flip[j][1], [&] { ones(k - 1, j), best.h[j] = 1, best.flip = j; });
+        consider(base + d1[j] + cheapest(k - 1, j) + c.flip[j][1],
+                 [&] { ones(k - 1, j), best.h[j] = 1, best.flip = j; });
     }
   }
   // B: h = 2 at i, h = 1 at j (-1: none); the parity flip at i, at j or at the cheapest other.

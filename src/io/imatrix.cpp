@@ -138,10 +138,11 @@ void imatrix_check(const Imatrix& imatrix, const ModelConfig& config, const std:
       refuse(fmt::format("layer {} has {} experts, the model {}", layer, it->second.size(), config.n_routed_experts));
     for (size_t e = 0; e < it->second.size(); ++e) {
       const ImatrixExpert& x = it->second[e];
-      if (int64_t(x.gate_up_in.size()) != config.hidden_size || int64_t(x.down_in.size()) != config.moe_intermediate_size)
-        refuse(fmt::format("{} / {} have {} / {} columns, the model's experts {} / {}", expert_key(layer, int64_t(e), false),
-                           expert_key(layer, int64_t(e), true), x.gate_up_in.size(), x.down_in.size(), config.hidden_size,
-                           config.moe_intermediate_size));
+      const int64_t gate_up = int64_t(x.gate_up_in.size()), down = int64_t(x.down_in.size());
+      if (gate_up != config.hidden_size || down != config.moe_intermediate_size)
+        refuse(fmt::format("{} / {} have {} / {} columns, the model's experts {} / {}",
+                           expert_key(layer, int64_t(e), false), expert_key(layer, int64_t(e), true), gate_up, down,
+                           config.hidden_size, config.moe_intermediate_size));
     }
   }
 }

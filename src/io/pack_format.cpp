@@ -143,7 +143,8 @@ std::string pack_check(const PackPaths& paths, const PackSpec& expected) {
   };
   for (const std::string& key : keys) {
     if (key != "checksum" && field(a, key) != field(b, key))
-      return fmt::format("sidecar field '{}' is {} but {} is expected", key, field(a, key).dump(), field(b, key).dump());
+      return fmt::format("sidecar field '{}' is {} but {} is expected", key, field(a, key).dump(),
+                         field(b, key).dump());
   }
   const uint64_t size = std::filesystem::file_size(paths.pack, ec);
   if (ec || size != expected.file_bytes())

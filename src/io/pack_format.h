@@ -10,7 +10,8 @@
 // caller expects (PackSpec) and the file has exactly the size the sidecar implies; anything
 // else is stale. A pack quantized with an importance matrix records its hash, and W2-opt its
 // quantizer, so a changed imatrix or quantizer makes the pack stale (the fields are written only
-// when set: packs of the reference quantizers keep their sidecars). The sidecar carries an xxh64 checksum of its own canonical body.
+// when set: packs of the reference quantizers keep their sidecars). The sidecar carries an xxh64
+// checksum of its own canonical body.
 #pragma once
 
 #include "formats/mx_block.h"

@@ -32,9 +32,9 @@ import time
 import numpy as np
 
 # (label, moet dequant --format, --zero-mode, more dequant arguments; "IMATRIX" is --imatrix's file)
-FORMATS = [("bf16", None, None, []), ("fp8", "fp8", None, []), ("mxfp4", "mxfp4", None, []), ("nvfp4", "nvfp4", None, []),
-           ("w2-auto", "w2", "auto", []), ("w2-sign", "w2", "sign", []), ("w2-alt", "w2", "alt", []),
-           ("w2-asym", "w2-asym", "auto", []), ("w2-opt", "w2", "auto", ["--w2-quantizer", "opt", "IMATRIX"]),
+FORMATS = [("bf16", None, None, []), ("fp8", "fp8", None, []), ("mxfp4", "mxfp4", None, []),
+           ("nvfp4", "nvfp4", None, []), ("w2-auto", "w2", "auto", []), ("w2-sign", "w2", "sign", []),
+           ("w2-alt", "w2", "alt", []), ("w2-asym", "w2-asym", "auto", []), ("w2-opt", "w2", "auto", ["--w2-quantizer", "opt", "IMATRIX"]),
            ("w2k", "w2k", None, []), ("w2k-imatrix", "w2k", None, ["IMATRIX"])]
 
 

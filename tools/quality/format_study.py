@@ -169,7 +169,7 @@ def w2_opt(W, imp):
 def row_factor_search(W, imp, size, levels, scale_bits, extra_grids=None):
     """Blocks of `size` with unsigned integer scales 1..2^scale_bits - 1 times a float16 row factor
     d = row amax / (top * (2^bits - 1)) times a few trial factors; best per row by weighted error."""
-    levels_list = [np.asarray(levels, dtype=np.float64)] + [np.asarray(g, dtype=np.float64) for g in (extra_grids or [])]
+    levels_list = [np.asarray(g, dtype=np.float64) for g in [levels] + list(extra_grids or [])]
     top = max(np.abs(g).max() for g in levels_list)
     qmax = 2 ** scale_bits - 1
     row_amax = np.abs(W).max(axis=1, keepdims=True)
@@ -425,8 +425,8 @@ def main():
             deq[name] = Q
         rel, wrel = np.array(rows).T
         bits = candidates()[fmt[:-4] if fmt.endswith("-rht") else fmt][0]
-        report["formats"][fmt] = {"bits": bits, "rel_rmse_mean": float(rel.mean()), "w_rel_rmse_mean": float(wrel.mean()),
-                                  "seconds": round(time.time() - start, 1)}
+        report["formats"][fmt] = {"bits": bits, "rel_rmse_mean": float(rel.mean()),
+                                  "w_rel_rmse_mean": float(wrel.mean()), "seconds": round(time.time() - start, 1)}
         print(fmt, json.dumps(report["formats"][fmt]), flush=True)
         dequantized[fmt] = deq
     if args.kld:

@@ -79,8 +79,10 @@ void matmul_fp4(const float* x, int64_t rows, int64_t k, const uint8_t* codes, c
 
 void matmul_w2k(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
                 int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
-  matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
-                                                                     int64_t len) { return dot_w2k(a, c, s, len, isa); });
+  const auto dot = [isa](const float* a, const uint8_t* c, const uint8_t* s, int64_t len) {
+    return dot_w2k(a, c, s, len, isa);
+  };
+  matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, dot);
 }
 
 }  // namespace moet

@@ -1,8 +1,8 @@
 // Expert matmuls over the stored block-of-32 formats (formats/mx_block.h, formats/w2k.h): y[t, n] =
 // sum_k x[t, k] * W[n, k] with W [N, K] as W2 (2-bit codes, levels {-4,-1,1,4}) or MXFP4 (e2m1
 // nibbles), each block of 32 along K scaled by its UE8M0 byte, or W2K (four E8 codewords per
-// block: the sum of q * x over the block's odd quarter-unit levels q, times its UE5M3 scale / 4). FP32 accumulation: per block the
-// level products are summed, then multiplied by the exact power-of-two scale. Parallel over output
+// block, scaled by its UE5M3 byte). FP32 accumulation: per block the level products are summed,
+// then multiplied by the exact scale (power-of-two; W2K's has 4 significant bits). Parallel over output
 // columns, each y element computed by one thread in a fixed order (results independent of the
 // thread count); AVX2 versions where available (rounding differs slightly from the scalar ones).
 // K must be a multiple of 32.

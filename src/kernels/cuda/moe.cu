@@ -157,8 +157,9 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
                                               dim3(kWarps * 32), 0, 1, stream, a, vec_down);
 }
 
-// MXFP4 and W2K on CUDA cores (quant_core.cuh; Codes: Mxfp4Codes or W2kCodes). Warp w of block (x, a) computes act columns
-// j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a from four weight rows (gate
+// MXFP4 and W2K on CUDA cores (quant_core.cuh; Codes: Mxfp4Codes or W2kCodes). Warp w of block
+// (x, a) computes act columns j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a
+// from four weight rows (gate
 // j0, gate j0 + 1, up j0, up j0 + 1), R rows of activations per pass; inner is even (a multiple
 // of 32).
 template <typename Codes, int R>

@@ -57,9 +57,11 @@ std::pair<ExpertSet, ExpertSet> quant_layer(BackendPair& p, ExpertFormat format,
     const uint64_t seed = 1000 * uint64_t(e) + uint64_t(bits) + uint64_t(s);
     auto gu = plane(p, random_bytes(size_t(2 * inner * hidden * bits / 8), seed, 0, 255, false),
                     {2 * inner, hidden * bits / 8});
-    auto gus = plane(p, random_bytes(size_t(2 * inner * hidden / 32), seed + 1, 120 + s, 127 + s, true), {2 * inner, hidden / 32});
+    auto gus = plane(p, random_bytes(size_t(2 * inner * hidden / 32), seed + 1, 120 + s, 127 + s, true),
+                     {2 * inner, hidden / 32});
     auto dn = plane(p, random_bytes(size_t(hidden * inner * bits / 8), seed + 2, 0, 255, false), {hidden, inner * bits / 8});
-    auto dns = plane(p, random_bytes(size_t(hidden * inner / 32), seed + 3, 118 + s, 126 + s, true), {hidden, inner / 32});
+    auto dns = plane(p, random_bytes(size_t(hidden * inner / 32), seed + 3, 118 + s, 126 + s, true),
+                     {hidden, inner / 32});
     cpu_experts.push_back({gu.first, dn.first, format, gus.first, dns.first});
     gpu_experts.push_back({gu.second, dn.second, format, gus.second, dns.second});
   }
@@ -212,7 +214,8 @@ TEST(CudaQuantMoe, W2FragmentsAndActivationsPairTheSameColumns) {
   EXPECT_EQ(kChunk * 128 + 127, *offsets.rbegin());
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4, ExpertFormat::w2k),
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe,
+                         ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4, ExpertFormat::w2k),
                          [](const ::testing::TestParamInfo<ExpertFormat>& info) {
                            return std::string(format_label(info.param));
                          });

@@ -37,7 +37,8 @@ INSTANTIATE_TEST_SUITE_P(Stores, CudaResidency, ::testing::ValuesIn(cuda_cases()
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const std::string& m = info.param.model;
                            std::string name = m.substr(m.rfind('/') + 1) + "_" + expert_store_name(info.param.store);
-                           if (info.param.experts != ExpertMode::w2) name += std::string("_") + expert_mode_name(info.param.experts);
+                           if (info.param.experts != ExpertMode::w2)
+                             name += std::string("_") + expert_mode_name(info.param.experts);
                            return name;
                          });
 

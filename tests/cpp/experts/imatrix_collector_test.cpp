@@ -155,7 +155,8 @@ TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
       EXPECT_EQ(experts[e].gate_up_in, experts[0].gate_up_in);
       EXPECT_EQ(experts[e].down_in, experts[0].down_in);
     }
-    for (size_t k = 0; k < sum.size(); ++k) EXPECT_NEAR(experts[0].gate_up_in[k], sum[k] / double(total), 1e-5 * sum[k] / double(total));
+    for (size_t k = 0; k < sum.size(); ++k)
+      EXPECT_NEAR(experts[0].gate_up_in[k], sum[k] / double(total), 1e-5 * sum[k] / double(total));
   }
 }
 
