@@ -347,7 +347,9 @@ void w2k_decode(uint16_t code, int8_t q[8]) {
 void w2k_quantize_row(const double* v, const float* importance, int64_t K, uint8_t* codes, uint8_t* scales) {
   double w[kMxBlock];
   for (int64_t b = 0; b < K / kMxBlock; ++b) {
-    for (int j = 0; j < kMxBlock; ++j) w[j] = importance ? double(importance[b * kMxBlock + j]) : 1.0;
+    double total = 0;
+    for (int j = 0; j < kMxBlock; ++j) total += w[j] = importance ? double(importance[b * kMxBlock + j]) : 1.0;
+    if (!(total > 0)) std::fill(w, w + kMxBlock, 1.0);  // no importance at all: not "anything goes"
     quantize_block(v + b * kMxBlock, w, codes + b * 8, scales + b);
   }
 }

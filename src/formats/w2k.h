@@ -26,7 +26,8 @@
 // cheapest single step; if that pattern is outside the grid, search the grid's structure); the
 // candidate with the least block error wins (the first on a tie; scale 0, every weight zero,
 // stands unless a candidate is strictly better). +-Inf saturates to the block's largest finite
-// magnitude. Rows are independent (thread-count invariant).
+// magnitude; a block whose importance is zero everywhere is quantized unweighted. Rows are
+// independent (thread-count invariant).
 #pragma once
 
 #include <cstdint>

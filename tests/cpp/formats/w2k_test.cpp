@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -127,6 +128,16 @@ TEST(W2k, BlockRules) {
   for (int k = 32; k < 64; ++k) EXPECT_TRUE(std::isfinite(out[k]));
   EXPECT_GT(out[32], 0.3f);
   EXPECT_LT(out[33], -0.3f);
+  // A block without any importance is quantized as if unweighted (not to zero).
+  std::vector<double> g(32);
+  for (int k = 0; k < 32; ++k) g[size_t(k)] = 0.01 * std::sin(k + 1.0);
+  const std::vector<float> none(32, 0.0f);
+  uint8_t weighted_codes[8], weighted_scale, plain_codes[8], plain_scale;
+  w2k_quantize_row(g.data(), none.data(), 32, weighted_codes, &weighted_scale);
+  w2k_quantize_row(g.data(), nullptr, 32, plain_codes, &plain_scale);
+  EXPECT_NE(plain_scale, 0);
+  EXPECT_EQ(weighted_scale, plain_scale);
+  EXPECT_EQ(0, std::memcmp(weighted_codes, plain_codes, 8));
   // Dequantized values are q * scale / 4 exactly.
   int8_t q[8];
   w2k_decode(uint16_t(codes[8] | codes[9] << 8), q);
