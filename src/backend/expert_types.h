@@ -27,9 +27,12 @@
 namespace moet {
 
 // How a routed expert's matrices are stored: dense (BF16/F32 tensors of the shapes below) or a
-// block-of-32 format of formats/mx_block.h (W2 2-bit codes or MXFP4 nibbles, U8 code planes
-// [rows, cols * bits / 8] with UE8M0 scale planes [rows, cols / 32]).
-enum class ExpertFormat { dense, w2, fp4 };
+// block-of-32 format (formats/mx_block.h: W2 2-bit codes or MXFP4 nibbles with UE8M0 scales;
+// formats/w2k.h: W2K E8 codewords, 2 bits a weight, with UE5M3 scales): U8 code planes
+// [rows, cols * bits / 8] with scale planes [rows, cols / 32].
+enum class ExpertFormat { dense, w2, fp4, w2k };
+// Bits per weight of a block format's codes (W2, W2K: 2; MXFP4: 4).
+inline int64_t expert_format_bits(ExpertFormat format) { return format == ExpertFormat::fp4 ? 4 : 2; }
 
 // One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
 // An absent expert (not in this backend's memory: tiered residency) has no tensors; `host` marks
@@ -138,7 +141,7 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
 void expert_set_assign(ExpertSet& set, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
 
 // Where one expert's four planes sit in its host row (a pack slot, io/pack_format.h:
-// [codes13 | scales13 | codes2 | scales2]), W2 or MXFP4.
+// [codes13 | scales13 | codes2 | scales2]), W2, W2K or MXFP4.
 struct ExpertRowLayout {
   uint64_t codes13 = 0, scales13 = 0, codes2 = 0, scales2 = 0;
   uint64_t bytes = 0;  // the row's size (its planes end there)

@@ -223,6 +223,7 @@ void ExpertPool::begin_forward() {
 }
 
 void ExpertPool::run(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
+  if (observer_) observer_->observe(backend_, layer, x, expert_ids, this->layer(layer));
   if (!residency_ || !residency_->layerwise())
     return backend_.moe_experts(x, this->layer(layer), expert_ids, weights, out);
   residency_->run_layer(layer, x, expert_ids, weights, out);

@@ -34,6 +34,16 @@
 
 namespace moet {
 
+// Sees each MoE layer's routing as run() receives it (the imatrix collector: experts/imatrix.h).
+// Called on the host inside the forward, before the layer's experts run: an observed forward must
+// run eagerly (no graph capture); with no observer set, run() only tests a null pointer.
+class ExpertObserver {
+ public:
+  virtual ~ExpertObserver() = default;
+  virtual void observe(Backend& backend, int64_t layer, const Tensor& x, const Tensor& expert_ids,
+                       const ExpertSet& experts) = 0;
+};
+
 class ExpertPool {
  public:
   ExpertPool(Backend& backend, int64_t layers, int64_t experts_per_layer);
@@ -86,6 +96,8 @@ class ExpertPool {
 
   // Inside a forward, before its first MoE layer.
   void begin_forward();
+  // Observes every later run() (null: none); the observer must outlive its use.
+  void set_observer(ExpertObserver* observer) { observer_ = observer; }
   // out = the layer's routed experts applied to x as expert_ids / weights route it.
   void run(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out);
 
@@ -119,6 +131,7 @@ class ExpertPool {
   std::vector<std::vector<ExpertWeights>> base_, tier_;
   std::map<int64_t, std::vector<ExpertWeights>> masked_;  // mask_layer(): the entries to restore
   std::vector<Router> routers_;                           // [layers] (weight null: none registered)
+  ExpertObserver* observer_ = nullptr;
 };
 
 }  // namespace moet

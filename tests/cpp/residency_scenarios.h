@@ -74,10 +74,12 @@ struct Loaded {
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 
 inline Loaded load(const BackendFactory& make_backend, const Checkpoint& checkpoint,
-                   const std::filesystem::path& pack_dir, std::optional<TieringConfig> config) {
+                   const std::filesystem::path& pack_dir, std::optional<TieringConfig> config,
+                   ExpertMode experts = ExpertMode::w2) {
   Loaded l;
   l.backend = make_backend();
   ModelLoadOptions options;
+  options.experts = experts;
   options.pack_dir = pack_dir;
   options.tiering = std::move(config);
   l.model = model_load(checkpoint, *l.backend, nullptr, options);
@@ -96,6 +98,7 @@ struct Case {
   int64_t steps;
   std::string mode = "";                          // names the adjustment (test names)
   std::function<void(TieringConfig&)> adjust = {};  // applied to every tiered configuration
+  ExpertMode experts = ExpertMode::w2;            // the stored format (w2 or w2k: rows of the same size)
 };
 
 // What the mode of `t` must have done in a run whose KPIs are `k`, when the pool was too small to
@@ -118,14 +121,18 @@ inline void expect_mode_did_its_work(const TieringConfig& t, const ExpertKpis& k
 inline void check_residency_scenarios(const BackendFactory& make_backend, const Case& c) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / c.model);
   TempDir dir;
-  Loaded resident = load(make_backend, checkpoint, {}, std::nullopt);
+  // W2K quantizes ~100x slower than W2: its resident model builds the pack the tiered loads read,
+  // so the case quantizes once (W2's resident model quantizes at load, checking the pack's bytes).
+  Loaded resident = load(make_backend, checkpoint, c.experts == ExpertMode::w2k ? dir.path() : std::filesystem::path(),
+                         std::nullopt, c.experts);
   const ModelConfig& mc = resident.model->config();
   int64_t moe_layers = 0;
   for (bool moe : mc.layer_is_moe) moe_layers += moe;
   const int64_t total = moe_layers * mc.n_routed_experts, top_k = mc.num_experts_per_tok;
   const std::vector<int32_t> a = prompt_for(*resident.model, 9, 1), b = prompt_for(*resident.model, 6, 2);
   const Decoded want_a = greedy(*resident.model, a, c.steps), want_b = greedy(*resident.model, b, c.steps);
-  const std::string name = c.model + "/" + expert_store_name(c.store) + (c.mode.empty() ? "" : "/" + c.mode);
+  const std::string name = c.model + "/" + expert_store_name(c.store) + "/" + expert_mode_name(c.experts) +
+                           (c.mode.empty() ? "" : "/" + c.mode);
   const auto config = [&](int64_t slots) {
     TieringConfig t = tiering(c.store, slots);
     if (c.adjust) c.adjust(t);
@@ -137,7 +144,7 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
 
   const int64_t third = std::max(moe_layers * top_k, total / 3);
   {  // cold start (the first boot builds the pack), then a warm pool
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(third));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(third), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " cold");
     const ExpertKpis cold = tiered.model->experts().residency()->kpis();
     if (fetches && graphs) {
@@ -150,11 +157,11 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     expect_same(greedy(*tiered.model, b, c.steps), want_b, name + " warm");
   }
   {  // reboot: the pack reused (and the arena's saved hot set read back)
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(third));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(third), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " reboot");
   }
   {  // the smallest pool that holds a decode step whole: steps evict and replay
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(moe_layers * top_k));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(moe_layers * top_k), c.experts);
     const Decoded got = greedy(*tiered.model, a, c.steps);
     expect_same(got, want_a, name + " evicting");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
@@ -167,7 +174,7 @@ inline void check_residency_scenarios(const BackendFactory& make_backend, const 
     expect_mode_did_its_work(config(moe_layers * top_k), k, fetches, name + " evicting");
   }
   {  // a pool smaller than a step's routed set: layer by layer, the prefill's layers in chunks
-    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(top_k));
+    Loaded tiered = load(make_backend, checkpoint, dir.path(), config(top_k), c.experts);
     expect_same(greedy(*tiered.model, a, c.steps), want_a, name + " smaller than a step");
     const ExpertKpis k = tiered.model->experts().residency()->kpis();
     if (fetches) {

@@ -423,7 +423,7 @@ ExpertSet CpuBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertW
 void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales,
                                Tensor& y) {
   if (format == ExpertFormat::dense) return matmul(x, w, nullptr, y);
-  auto run = format == ExpertFormat::w2 ? matmul_w2 : matmul_fp4;
+  auto run = format == ExpertFormat::w2 ? matmul_w2 : format == ExpertFormat::w2k ? matmul_w2k : matmul_fp4;
   run(x.as<float>(), x.rows(), x.cols(), w.as<uint8_t>(), scales.as<uint8_t>(), w.dim(0), y.as<float>(), pool_, isa_);
 }
 
@@ -499,12 +499,11 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
 
 // A slot is one host row, the four planes views into it (the CPU kernels read the pack layout).
 ExpertSlots CpuBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
-  MOET_CHECK(layout.format == ExpertFormat::w2 || layout.format == ExpertFormat::fp4,
-             "expert slots hold W2 or FP4 experts");
+  MOET_CHECK(layout.format != ExpertFormat::dense, "expert slots hold W2, W2K or FP4 experts");
   MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
   const uint64_t stride = (row.bytes + 63) / 64 * 64;
   std::shared_ptr<uint8_t> memory = alloc_pinned(size_t(stride * uint64_t(count)));
-  const int64_t bits = layout.format == ExpertFormat::w2 ? 2 : 4, hidden = layout.hidden, inner = layout.inner;
+  const int64_t bits = expert_format_bits(layout.format), hidden = layout.hidden, inner = layout.inner;
   ExpertSlots slots{layout, row, {}, memory};
   for (int64_t i = 0; i < count; ++i) {
     uint8_t* base = memory.get() + uint64_t(i) * stride;

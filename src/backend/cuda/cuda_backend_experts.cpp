@@ -60,8 +60,8 @@ size_t CudaBackend::device_expert_bytes(const ExpertLayout& layout) {
   const int64_t hidden = layout.hidden, inner = layout.inner;
   if (layout.format == ExpertFormat::w2)
     return w2_tile_shape(2 * inner, hidden).bytes() + w2_tile_shape(hidden, inner).bytes();
-  const int64_t code_bits = layout.format == ExpertFormat::fp4 ? 4 : 0;
-  MOET_CHECK(code_bits > 0, "expert slots hold W2 or FP4 experts");
+  MOET_CHECK(layout.format != ExpertFormat::dense, "expert slots hold W2, W2K or FP4 experts");
+  const int64_t code_bits = expert_format_bits(layout.format);
   const int64_t codes = 3 * hidden * inner * code_bits / 8, scales = 3 * hidden * inner / 32;
   return size_t(codes + scales);
 }
@@ -153,7 +153,7 @@ void CudaBackend::expert_set_add_tier(ExpertSet& set, ExpertFormat tier) {
 }
 
 // Slots of the device layout side by side, then the scratch that raw rows land in before their
-// conversion (W2 only; FP4 rows are copied into their slots as they are).
+// conversion (W2 only; FP4 and W2K rows are copied into their slots as they are).
 ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
   MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
   const size_t slot = (device_expert_bytes(layout) + 255) / 256 * 256;
@@ -169,13 +169,14 @@ ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const Ex
       std::tie(w.gate_up, w.gate_up_scales) = w2_tiled_views(memory.storage, base, 2 * inner, hidden);
       std::tie(w.down, w.down_scales) =
           w2_tiled_views(memory.storage, base + w2_tile_shape(2 * inner, hidden).bytes(), hidden, inner);
-    } else {  // FP4: the row's four planes in the row's order
+    } else {  // FP4, W2K: the row's four planes in the row's order
       const auto plane = [&](uint64_t offset, std::vector<int64_t> shape) {
         return Tensor{DType::u8, std::move(shape), memory.storage, base + offset};
       };
-      w.gate_up = plane(row.codes13, {2 * inner, hidden / 2});
+      const int64_t bits = expert_format_bits(layout.format);
+      w.gate_up = plane(row.codes13, {2 * inner, hidden * bits / 8});
       w.gate_up_scales = plane(row.scales13, {2 * inner, hidden / 32});
-      w.down = plane(row.codes2, {hidden, inner / 2});
+      w.down = plane(row.codes2, {hidden, inner * bits / 8});
       w.down_scales = plane(row.scales2, {hidden, inner / 32});
     }
     slots.weights.push_back(std::move(w));

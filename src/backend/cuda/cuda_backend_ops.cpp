@@ -329,7 +329,8 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
   MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(table.data),
                      format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
-                     w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4
+                                 : format == ExpertFormat::w2k ? kMoeW2k : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
                      out.as<float>(), accumulate, tracking.absent_bits, tracking.used_bits,

@@ -169,11 +169,12 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
                                               dim3(kWarps * 32), 0, 1, stream, a, vec_down);
 }
 
-// MXFP4 on CUDA cores (quant_core.cuh). Warp w of block (x, a) computes act columns
-// j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a from four weight rows (gate
+// MXFP4 and W2K on CUDA cores (quant_core.cuh; Codes: Mxfp4Codes or W2kCodes). Warp w of block
+// (x, a) computes act columns j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a
+// from four weight rows (gate
 // j0, gate j0 + 1, up j0, up j0 + 1), R rows of activations per pass; inner is even (a multiple
 // of 32).
-template <int kBits, int R>
+template <typename Codes, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs a) {
   pdl_trigger();
   pdl_wait();  // the grouping comes from moe_group_kernel
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 2;
   if (j0 >= a.inner) return;
   const ExpertPointers e = a.table[a.active[slot]];
-  const int64_t row_bytes = a.hidden * kBits / 8, row_scales = a.hidden / 32;
+  const int64_t row_bytes = a.hidden * Codes::kBits / 8, row_scales = a.hidden / 32;
   const auto* codes = static_cast<const uint8_t*>(e.gate_up);
   const int64_t w_rows[4] = {j0, j0 + 1, a.inner + j0, a.inner + j0 + 1};
   const uint8_t* c[4];
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 #pragma unroll
     for (int r = 0; r < R; ++r) x[r] = a.x + (a.order[p0 + min(r, rows - 1)] / a.top_k) * a.hidden;
     float acc[R][4];
-    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.hidden), acc);
+    quant_warp_dot<Codes, 4, R>(x, rows, c, s, int(a.hidden), acc);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 
 // Warp w of block (x, a) computes output columns 4 * (blockIdx.x * kWarps + w) + {0..3} (hidden
 // is a multiple of 32).
-template <int kBits, int R>
+template <typename Codes, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) {
   pdl_trigger();
   pdl_wait();  // act comes from the gate_up kernel
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 4;
   if (n0 >= a.hidden) return;
   const ExpertPointers e = a.table[a.active[slot]];
-  const int64_t row_bytes = a.inner * kBits / 8, row_scales = a.inner / 32;
+  const int64_t row_bytes = a.inner * Codes::kBits / 8, row_scales = a.inner / 32;
   const auto* codes = static_cast<const uint8_t*>(e.down);
   const uint8_t* c[4];
   const uint8_t* s[4];
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
 #pragma unroll
     for (int r = 0; r < R; ++r) x[r] = a.act + int64_t(p0 + min(r, rows - 1)) * a.inner;
     float acc[R][4];
-    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.inner), acc);
+    quant_warp_dot<Codes, 4, R>(x, rows, c, s, int(a.inner), acc);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -248,21 +249,21 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
   }
 }
 
-template <int kBits, int R>
+template <typename Codes, int R>
 void moe_quant_products_rows(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
-  launch_dependent_kernel<moe_quant_gate_up_kernel<kBits, R>>(
+  launch_dependent_kernel<moe_quant_gate_up_kernel<Codes, R>>(
       dim3(unsigned((a.inner + 2 * kWarps - 1) / (2 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
-  launch_dependent_kernel<moe_quant_down_kernel<kBits, R>>(
+  launch_dependent_kernel<moe_quant_down_kernel<Codes, R>>(
       dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
 }
 
-template <int kBits>
+template <typename Codes>
 void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
   switch (moe_quant_rows_per_pass(a.rows, a.top_k, a.experts)) {
-    case 1: moe_quant_products_rows<kBits, 1>(a, max_active, stream); break;
-    case 2: moe_quant_products_rows<kBits, 2>(a, max_active, stream); break;
-    case 4: moe_quant_products_rows<kBits, 4>(a, max_active, stream); break;
-    default: moe_quant_products_rows<kBits, kMaxRows>(a, max_active, stream); break;
+    case 1: moe_quant_products_rows<Codes, 1>(a, max_active, stream); break;
+    case 2: moe_quant_products_rows<Codes, 2>(a, max_active, stream); break;
+    case 4: moe_quant_products_rows<Codes, 4>(a, max_active, stream); break;
+    default: moe_quant_products_rows<Codes, kMaxRows>(a, max_active, stream); break;
   }
 }
 
@@ -291,7 +292,9 @@ void moe_launch_products(const MoeArgs& a, cudaStream_t stream) {
         dim3(1), dim3(kGroupThreads), size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t), 1,
         stream, a);
     if (a.format == kMoeFp4) {
-      moe_quant_products<4>(a, max_active, stream);
+      moe_quant_products<Mxfp4Codes>(a, max_active, stream);
+    } else if (a.format == kMoeW2k) {
+      moe_quant_products<W2kCodes>(a, max_active, stream);
     } else if (a.w_bf16) {
       moe_products<uint16_t>(a, max_active, stream);
     } else {
