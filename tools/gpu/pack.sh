@@ -12,8 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCHS=${1:-90}
 B=${BUILD_DIR:-build-cuda}
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$EXCLUDE")"
 for ignored in /.gpu-carry/ /.gpu-pack/ /.gpu-base/; do
-  grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
+  grep -qx "$ignored" "$EXCLUDE" 2>/dev/null || echo "$ignored" >> "$EXCLUDE"
 done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
 cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench cuda_norm_bench cuda_ops_bench cuda_host_experts_bench \

@@ -24,7 +24,7 @@ using namespace moet::cuda;
 
 namespace {
 
-// Rows of a W2 slot pool loaded (and converted) per batched copy: the scratch holds this many.
+// Rows of a W2 slot pool loaded (and converted) per batched copy: the scratch holds two batches.
 constexpr int64_t kSlotLoadBatch = 16;
 
 }  // namespace
@@ -153,11 +153,12 @@ void CudaBackend::expert_set_add_tier(ExpertSet& set, ExpertFormat tier) {
 }
 
 // Slots of the device layout side by side, then the scratch that raw rows land in before their
-// conversion (W2 only; FP4 and W2K rows are copied into their slots as they are).
+// conversion (W2 only, two batches of rows; FP4 and W2K rows are copied into their slots as they are).
 ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
   MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
   const size_t slot = (device_expert_bytes(layout) + 255) / 256 * 256;
-  const size_t scratch = layout.format == ExpertFormat::w2 ? size_t(kSlotLoadBatch) * ((row.bytes + 255) / 256 * 256) : 0;
+  const size_t row_stride = (row.bytes + 255) / 256 * 256;
+  const size_t scratch = layout.format == ExpertFormat::w2 ? 2 * size_t(kSlotLoadBatch) * row_stride : 0;
   Tensor memory = device_tensor(DType::u8, {int64_t(slot * size_t(count) + scratch)});
   ExpertSlots slots{layout, row, {}, memory.storage};
   const int64_t hidden = layout.hidden, inner = layout.inner;
@@ -202,19 +203,24 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
   // with what it held.
   cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
   cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+  // W2 rows land in the two halves of the scratch by turns: a batch's copy runs while the batch
+  // before it converts, and waits only for the conversions of the batch that used its half last.
   const size_t batch = w2 ? size_t(kSlotLoadBatch) : ids.size();
-  for (size_t first = 0; first < ids.size(); first += batch) {
+  for (size_t first = 0, turn = 0; first < ids.size(); first += batch, turn ^= 1) {
     const size_t n = std::min(batch, ids.size() - first);
+    uint8_t* half = scratch + turn * batch * row_stride;
+    if (w2 && first >= 2 * batch)
+      cuda_check(cudaStreamWaitEvent(copy_stream_, scratch_free_[turn]), "cudaStreamWaitEvent");
     std::vector<void*> dsts(n);
     for (size_t i = 0; i < n; ++i)
-      dsts[i] = w2 ? scratch + i * row_stride
+      dsts[i] = w2 ? half + i * row_stride
                    : static_cast<uint8_t*>(slots.weights[size_t(ids[first + i])].gate_up.data) - r.codes13;
     copy_rows(dsts, rows.subspan(first, n), r.bytes);
     cuda_check(cudaEventRecord(copy_done_, copy_stream_), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream_, copy_done_), "cudaStreamWaitEvent");
     if (!w2) continue;
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t* raw = scratch + i * row_stride;
+      const uint8_t* raw = half + i * row_stride;
       const ExpertWeights& dst = slots.weights[size_t(ids[first + i])];
       w2_tile_launch(raw + r.codes13, raw + r.scales13, 2 * l.inner, l.hidden, true,
                      static_cast<uint8_t*>(dst.gate_up.data), bad_scale_.as<int32_t>(), stream_);
@@ -222,9 +228,7 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
                      static_cast<uint8_t*>(dst.down.data), bad_scale_.as<int32_t>(), stream_);
       check_launch("w2_tile");
     }
-    // The next batch's copy reuses the scratch: it waits for these conversions.
-    cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+    cuda_check(cudaEventRecord(scratch_free_[turn], stream_), "cudaEventRecord");
   }
   // The rows have been read once the copies are done: the caller may reuse their memory.
   cuda_check(cudaStreamSynchronize(copy_stream_), "waiting for the expert copies");

@@ -267,6 +267,7 @@ class CudaBackend final : public Backend, public BenchOps {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // expert fetches (expert_slots_load)
   cudaEvent_t copy_done_ = nullptr;
+  cudaEvent_t scratch_free_[2] = {};  // W2 fetches: each half of the slot scratch converted
   // Exclusive tiering (expert_slots_exchange): evicted rows go to the host on their own stream,
   // beside the fetches' copies, from a device scratch of kSlotLoadBatch rows (made on first use).
   cudaStream_t writeback_stream_ = nullptr;

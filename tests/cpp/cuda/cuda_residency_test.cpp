@@ -29,7 +29,8 @@ std::vector<Case> cuda_cases() {
     out.push_back({"models/tiny", store, 200});
   for (const char* fixture : {"qwen3_moe", "deepseek_v3", "glm4_moe", "mixtral"})
     out.push_back({std::string("tests/fixtures/") + fixture, ExpertStoreKind::ram, 200});
-  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, ExpertMode::w2k});  // W2K rows through the slots
+  // W2K rows through the slots
+  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, "", {}, ExpertMode::w2k});
   return out;
 }
 

@@ -32,7 +32,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (ExpertStoreKind store : {ExpertStoreKind::ram, ExpertStoreKind::pack, ExpertStoreKind::arena})
     out.push_back({"models/tiny", store, 200});
-  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, ExpertMode::w2k});  // W2K pack rows through the slots
+  // W2K pack rows through the slots
+  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, "", {}, ExpertMode::w2k});
   for (const char* fixture : {"qwen3_moe", "deepseek_v3", "glm4_moe", "mixtral"})
     for (ExpertStoreKind store : {ExpertStoreKind::ram, ExpertStoreKind::arena})
       out.push_back({std::string("tests/fixtures/") + fixture, store, 200});
