@@ -1,9 +1,10 @@
 // GPU microbenchmark of the weight-streaming kernels through the CUDA backend's ops, next to the
 // device-to-device copy bandwidth measured in the same run: the grouped-expert MoE op (routing
 // groups + gate_up with fused SiLU-mul + down + fixed-order combine) with experts stored as BF16,
-// W2 (2-bit codes + UE8M0 scales) and MXFP4 (e2m1 nibbles + UE8M0 scales), at batch 1, 4, 8 with
+// W2 (2-bit codes + UE8M0 scales), W2K (E8 codewords, 2 bits a weight, + UE5M3 scales: the same
+// bytes as W2) and MXFP4 (e2m1 nibbles + UE8M0 scales), at batch 1, 4, 8 with
 // top-8 routing over 128 experts on DeepSeek-V3 (hidden 7168, inner 2048) and Qwen3-235B
-// (4096 x 1536) expert shapes (W2 also at batch 2048, a prefill, with its TFLOP/s), and a dense
+// (4096 x 1536) expert shapes (W2 and W2K also at batch 2048, a prefill, with its TFLOP/s), and a dense
 // GEMV (an LM head, 151936 x 4096). Bytes counted are
 // those actually read: each distinct routed expert's codes + scales (or BF16 weights) once, plus
 // the FP32 activations (x rows and the act rows). Consecutive calls cycle through 4 random
@@ -15,7 +16,7 @@
 // read by one pure-load launch (Backend::read_regions, graph-timed the same way), the most one
 // kernel could do for those bytes; small reads stay well under copy speed (docs/gpu-history.md, Run 7).
 // Prints a table and writes JSON (argument 1, optional; "-" for none); argument 2 (optional)
-// names the expert formats to run, comma-separated (default w2,fp4,bf16).
+// names the expert formats to run, comma-separated (default w2,w2k,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
 #include "gpu_bench_start.h"
 #include "core/dtype.h"
@@ -53,7 +54,7 @@ std::vector<uint8_t> random_u8(size_t n, int lo, int hi, uint32_t seed) {
   return out;
 }
 
-// format: "bf16", "w2" or "fp4".
+// format: "bf16", "w2", "w2k" or "fp4".
 nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& format, int64_t hidden, int64_t inner,
                          double copy_gbs) {
   const int64_t experts = 128, top_k = 8, routings = 4;
@@ -69,17 +70,18 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     }
     expert_bytes = double(3 * hidden * inner * 2);
   } else {
-    const int64_t bits = format == "w2" ? 2 : 4;
+    const int64_t bits = format == "fp4" ? 4 : 2;
+    const int s = format == "w2k" ? 32 : 0;  // W2K UE5M3 bytes 150..156: scales 2^-6..2^-5 (no effect on speed)
     const auto gu = random_u8(size_t(2 * inner * hidden * bits / 8), 0, 255, 1);
-    const auto gus = random_u8(size_t(2 * inner * hidden / 32), 118, 124, 2);
+    const auto gus = random_u8(size_t(2 * inner * hidden / 32), 118 + s, 124 + s, 2);
     const auto dn = random_u8(size_t(hidden * inner * bits / 8), 0, 255, 3);
-    const auto dns = random_u8(size_t(hidden * inner / 32), 118, 124, 4);
+    const auto dns = random_u8(size_t(hidden * inner / 32), 118 + s, 124 + s, 4);
     auto up = [&](const std::vector<uint8_t>& v, std::vector<int64_t> shape) {
       return backend.upload({"plane", DType::u8, std::move(shape), v.data(), v.size(), "bench"});
     };
     for (int64_t e = 0; e < experts; ++e) {
       ExpertWeights w;
-      w.format = bits == 2 ? ExpertFormat::w2 : ExpertFormat::fp4;
+      w.format = format == "w2" ? ExpertFormat::w2 : format == "w2k" ? ExpertFormat::w2k : ExpertFormat::fp4;
       w.gate_up = up(gu, {2 * inner, hidden * bits / 8});
       w.gate_up_scales = up(gus, {2 * inner, hidden / 32});
       w.down = up(dn, {hidden, inner * bits / 8});
@@ -88,7 +90,10 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     }
     expert_bytes = double(gu.size() + gus.size() + dn.size() + dns.size());
   }
-  const ExpertFormat stored = format == "bf16" ? ExpertFormat::dense : format == "w2" ? ExpertFormat::w2 : ExpertFormat::fp4;
+  const ExpertFormat stored = format == "bf16"  ? ExpertFormat::dense
+                              : format == "w2"  ? ExpertFormat::w2
+                              : format == "w2k" ? ExpertFormat::w2k
+                                                : ExpertFormat::fp4;
   const ExpertSet set = backend.expert_set({stored, hidden, inner}, std::move(weights));
   nlohmann::json rows_out = nlohmann::json::array();
   std::mt19937 rng(11);
@@ -104,7 +109,7 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
       if (!t->empty()) out.push_back({t->data, int64_t(t->bytes())});
   };
   std::vector<int64_t> batches = {1, 4, 8};
-  if (format == "w2") batches.push_back(2048);  // a prefill: the W2 prefill kernels (moe_w2_prefill.h)
+  if (format == "w2" || format == "w2k") batches.push_back(2048);  // a prefill (W2: moe_w2_prefill.h)
   for (int64_t rows : batches) {
     std::vector<Tensor> id_ts;
     std::vector<std::vector<ByteRegion>> read_sets;
@@ -180,12 +185,13 @@ nlohmann::json bench_dense(Backend& backend, int64_t n, int64_t k, double copy_g
 }  // namespace moet
 
 int main(int argc, char** argv) {
-  const std::string formats = argc > 2 ? argv[2] : "w2,fp4,bf16";
-  for (size_t begin = 0; begin <= formats.size();) {  // every name must be one of the three
+  const std::string formats = argc > 2 ? argv[2] : "w2,w2k,fp4,bf16";
+  for (size_t begin = 0; begin <= formats.size();) {  // every name must be one of the four
     const size_t end = std::min(formats.find(',', begin), formats.size());
     const std::string name = formats.substr(begin, end - begin);
-    if (name != "w2" && name != "fp4" && name != "bf16") {
-      std::fprintf(stderr, "cuda_moe_bench: unknown expert format '%s' (formats: w2, fp4, bf16, comma-separated)\n",
+    if (name != "w2" && name != "w2k" && name != "fp4" && name != "bf16") {
+      std::fprintf(stderr,
+                   "cuda_moe_bench: unknown expert format '%s' (formats: w2, w2k, fp4, bf16, comma-separated)\n",
                    name.c_str());
       return 2;
     }
@@ -196,7 +202,7 @@ int main(int argc, char** argv) {
   moet::Backend* backend = start.backend.get();
   const double copy_gbs = start.copy_gbs;
   nlohmann::json report = {{"backend", backend->name()}, {"copy_gb_per_s", copy_gbs}};
-  for (const char* format : {"w2", "fp4", "bf16"}) {
+  for (const char* format : {"w2", "w2k", "fp4", "bf16"}) {
     if (("," + formats + ",").find(std::string(",") + format + ",") == std::string::npos) continue;
     report["benchmarks"].push_back(moet::bench_moe(*backend, "DeepSeek-V3 7168x2048", format, 7168, 2048, copy_gbs));
     report["benchmarks"].push_back(moet::bench_moe(*backend, "Qwen3-235B 4096x1536", format, 4096, 1536, copy_gbs));

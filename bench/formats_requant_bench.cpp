@@ -1,5 +1,6 @@
 // Requantization throughput: GB/s of source weights (BF16 and FP8-block experts of DeepSeek-V3
-// size, [2048, 7168]) turned into W2 or the MXFP4 tier, with 1 and 2 threads.
+// size, [2048, 7168]) turned into W2 (reference and opt), W2K or the MXFP4 tier, with 1 and 2
+// threads (W2K: one [256, 7168] slice, its quantizer being ~100x slower).
 // Run: build/bench/formats_requant_bench (numbers go into docs/formats.md).
 #include "core/dtype.h"
 #include "formats/checkpoint_formats.h"
@@ -44,17 +45,28 @@ SourceView fp8_source() {
   return t.view("bench");
 }
 
-void run(benchmark::State& state, const SourceView& src, StoreFormat format) {
+// Column importance as an imatrix gives it (varied, positive).
+const std::vector<float>& importance() {
+  static const std::vector<float> imp = [] {
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> u(0.1f, 2.0f);
+    std::vector<float> out(static_cast<size_t>(kCols));
+    for (auto& x : out) x = u(rng);
+    return out;
+  }();
+  return imp;
+}
+
+void run(benchmark::State& state, const SourceView& src, StoreFormat format,
+         W2Quantizer quantizer = W2Quantizer::reference) {
   ThreadPool pool(int(state.range(0)));
   BlockTensor out;
   out.codes.resize(store_codes_bytes(format, src.rows, src.cols));
   out.scales.resize(store_scales_bytes(src.rows, src.cols));
+  const bool weighted = format == StoreFormat::w2k || quantizer == W2Quantizer::opt;
+  const QuantizeOptions options{ZeroMode::automatic, quantizer, weighted ? importance().data() : nullptr};
   for (auto _ : state) {
-    if (format == StoreFormat::w2) {
-      quantize_w2_into(src, ZeroMode::automatic, pool, out.codes.data(), out.scales.data());
-    } else {
-      quantize_fp4_into(src, pool, out.codes.data(), out.scales.data());
-    }
+    quantize_into(format, src, options, pool, out.codes.data(), out.scales.data());
     benchmark::DoNotOptimize(out.codes.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(source_data_bytes(src)));
@@ -63,10 +75,18 @@ void run(benchmark::State& state, const SourceView& src, StoreFormat format) {
 void BM_RequantBf16ToW2(benchmark::State& s) { run(s, bf16_source(), StoreFormat::w2); }
 void BM_RequantBf16ToFp4(benchmark::State& s) { run(s, bf16_source(), StoreFormat::fp4); }
 void BM_RequantFp8ToW2(benchmark::State& s) { run(s, fp8_source(), StoreFormat::w2); }
+void BM_RequantBf16ToW2Opt(benchmark::State& s) { run(s, bf16_source(), StoreFormat::w2, W2Quantizer::opt); }
+void BM_RequantBf16ToW2k(benchmark::State& s) {
+  SourceView slice = bf16_source();
+  slice.rows = 256;
+  run(s, slice, StoreFormat::w2k);
+}
 
 BENCHMARK(BM_RequantBf16ToW2)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RequantBf16ToFp4)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RequantFp8ToW2)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RequantBf16ToW2Opt)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RequantBf16ToW2k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace moet

@@ -1,4 +1,4 @@
-// W2 / FP4 CPU expert matmul (one token, M = 1, the decode case) in GB/s of weight bytes
+// W2 / W2K / FP4 CPU expert matmul (one token, M = 1, the decode case) in GB/s of weight bytes
 // (codes + scales), against memcpy bandwidth over a buffer of the same total size. Sixteen
 // [2048, 7168] experts rotate so the weights come from memory, not cache.
 #include "formats/requant.h"
@@ -27,21 +27,25 @@ Weights make(StoreFormat format) {
   w.scales.resize(w.scale_bytes * kExperts);
   std::mt19937 rng(3);
   for (auto& c : w.codes) c = uint8_t(rng());
-  for (auto& s : w.scales) s = uint8_t(120 + rng() % 8);
+  for (auto& s : w.scales) s = uint8_t((format == StoreFormat::w2k ? 140 : 120) + rng() % 8);
   return w;
 }
 
+// The matmul of a format.
+decltype(&matmul_w2) matmul_of(StoreFormat format) {
+  return format == StoreFormat::w2 ? matmul_w2 : format == StoreFormat::w2k ? matmul_w2k : matmul_fp4;
+}
+
 void run(benchmark::State& state, StoreFormat format) {
-  static const Weights w2 = make(StoreFormat::w2), fp4 = make(StoreFormat::fp4);
-  const Weights& w = format == StoreFormat::w2 ? w2 : fp4;
+  static const Weights w2 = make(StoreFormat::w2), fp4 = make(StoreFormat::fp4), w2k = make(StoreFormat::w2k);
+  const Weights& w = format == StoreFormat::w2 ? w2 : format == StoreFormat::w2k ? w2k : fp4;
   ThreadPool pool(int(state.range(0)));
   std::vector<float> x(static_cast<size_t>(kK), 0.5f), y(static_cast<size_t>(kN));
   int64_t e = 0;
   for (auto _ : state) {
     const uint8_t* codes = w.codes.data() + e * w.code_bytes;
     const uint8_t* scales = w.scales.data() + e * w.scale_bytes;
-    (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(x.data(), 1, kK, codes, scales, kN, y.data(), pool,
-                                                         cpu_isa_best());
+    matmul_of(format)(x.data(), 1, kK, codes, scales, kN, y.data(), pool, cpu_isa_best());
     benchmark::DoNotOptimize(y.data());
     e = (e + 1) % kExperts;
   }
@@ -50,6 +54,7 @@ void run(benchmark::State& state, StoreFormat format) {
 
 void BM_MatmulW2(benchmark::State& s) { run(s, StoreFormat::w2); }
 void BM_MatmulFp4(benchmark::State& s) { run(s, StoreFormat::fp4); }
+void BM_MatmulW2k(benchmark::State& s) { run(s, StoreFormat::w2k); }
 
 // The ceiling: copy the same number of bytes per iteration, rotating like the matmul.
 void BM_Memcpy(benchmark::State& state) {
@@ -66,6 +71,7 @@ void BM_Memcpy(benchmark::State& state) {
 
 BENCHMARK(BM_MatmulW2)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_MatmulFp4)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_MatmulW2k)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Memcpy)->UseRealTime();
 
 }  // namespace

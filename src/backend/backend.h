@@ -186,6 +186,15 @@ class Backend {
   // steps after it are ordered on the backend's stream.
   virtual void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids,
                                  std::span<const uint8_t* const> rows) = 0;
+  // Exclusive tiering (an expert in the slots or on the host, never both): out_rows[i] receives
+  // slot ids[i]'s expert as a host row (the layout of `row`, as a load reads it), then in_rows[i]
+  // is loaded into that slot as expert_slots_load() does. Host rows in alloc_pinned() memory; an
+  // out row never overlaps an in row. Returns once every row was read and written.
+  virtual void expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids,
+                                     std::span<const uint8_t* const> in_rows, std::span<uint8_t* const> out_rows) = 0;
+  // Whether the MoE op reaches host-served experts (ExpertSet::host) through their HostMailbox
+  // (the op runs away from the host: CUDA) rather than by calling the server.
+  virtual bool host_experts_by_mailbox() const { return false; }
   // The same load without waiting (the FP4 tier's manager between steps): the rows must stay
   // valid, and no table may point at the slots, until expert_slots_ready(fence) is true (or
   // expert_slots_wait(fence) returned). Steps enqueued before the call finish reading the slots

@@ -26,14 +26,17 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
       continue;
     }
     // Block formats: U8 codes [rows, cols * bits / 8] and UE8M0 scales [rows, cols / 32].
-    const int64_t bits = e.format == ExpertFormat::w2 ? 2 : 4;
+    const int64_t bits = expert_format_bits(e.format);
     MOET_CHECK(e.gate_up.dtype == DType::u8 && e.down.dtype == DType::u8 && e.gate_up_scales.dtype == DType::u8 &&
                    e.down_scales.dtype == DType::u8 && hidden % 32 == 0 && inner % 32 == 0 &&
                    e.gate_up.shape == std::vector<int64_t>({2 * inner, hidden * bits / 8}) &&
                    e.down.shape == std::vector<int64_t>({hidden, inner * bits / 8}) &&
                    e.gate_up_scales.numel() == 2 * inner * (hidden / 32) && e.down_scales.numel() == hidden * (inner / 32),
                "malformed {} expert planes: gate_up [{}, {}] down [{}, {}] for hidden {} inner {}",
-               bits == 2 ? "W2" : "FP4", e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1), hidden,
+               layout.format == ExpertFormat::w2    ? "W2"
+               : layout.format == ExpertFormat::w2k ? "W2K"
+                                                    : "FP4",
+               e.gate_up.dim(0), e.gate_up.dim(1), e.down.dim(0), e.down.dim(1), hidden,
                inner);
   }
   return dense_dtype;

@@ -6,6 +6,10 @@
 // the other experts does not change with what is absent, so what it computes for them is
 // bit-identical to a fully resident run (on CUDA absent entries point at a stand-in expert and
 // carry a flag the combine reads; the CPU computes each expert on its own).
+// An absent entry may instead be marked `host` (tiered residency with --cpu-experts): its items are
+// computed on the host from the expert's host row (experts/host_experts.h); the MoE op hands the
+// host the layer's rows and routing (HostExpertLink) and adds the results it gets back where it
+// would have added the expert's own, in the fixed expert order. A host entry is no miss.
 // A layer may also hold entries of a second format beside its own: the FP4 recovery tier
 // (experts/fp4_tier.h) over a W2 base. Each expert runs in its own format, and a row's sum takes
 // the layer format's experts first, then the tier's (each in expert order): the CPU computes every
@@ -23,20 +27,30 @@
 namespace moet {
 
 // How a routed expert's matrices are stored: dense (BF16/F32 tensors of the shapes below) or a
-// block-of-32 format of formats/mx_block.h (W2 2-bit codes or MXFP4 nibbles, U8 code planes
-// [rows, cols * bits / 8] with UE8M0 scale planes [rows, cols / 32]).
-enum class ExpertFormat { dense, w2, fp4 };
+// block-of-32 format (formats/mx_block.h: W2 2-bit codes or MXFP4 nibbles with UE8M0 scales;
+// formats/w2k.h: W2K E8 codewords, 2 bits a weight, with UE5M3 scales): U8 code planes
+// [rows, cols * bits / 8] with scale planes [rows, cols / 32].
+enum class ExpertFormat { dense, w2, fp4, w2k };
+// Bits per weight of a block format's codes (W2, W2K: 2; MXFP4: 4).
+inline int64_t expert_format_bits(ExpertFormat format) { return format == ExpertFormat::fp4 ? 4 : 2; }
 
 // One routed expert's weights: gate and up stacked as gate_up [2*inner, hidden], down [hidden, inner].
-// An absent expert (not in this backend's memory: tiered residency) has no tensors.
+// An absent expert (not in this backend's memory: tiered residency) has no tensors; `host` marks
+// an absent one the host computes instead (see above).
 struct ExpertWeights {
   Tensor gate_up;
   Tensor down;
   ExpertFormat format = ExpertFormat::dense;
   Tensor gate_up_scales, down_scales;  // block formats only
+  bool host = false;                   // absent, computed on the host
 
   int64_t inner() const { return gate_up.dim(0) / 2; }
   bool present() const { return !gate_up.empty(); }
+  static ExpertWeights on_host() {
+    ExpertWeights w;
+    w.host = true;
+    return w;
+  }
 };
 
 // The format and shapes every present expert of one MoE layer shares.
@@ -60,6 +74,43 @@ struct ExpertTracking {
   int32_t* routed_items = nullptr;  // [3]
 };
 
+// What serves a layer's host entries. serve() gets the layer's rows x [rows, hidden], its routing
+// ids / weights [rows, top_k] and fills, for the items (row * top_k + slot) whose expert it
+// computes, results[item] (that expert's output for the row, unweighted) and valid[item] = 1;
+// valid[item] = 0 elsewhere (an item it leaves out: skipped, or left for a fetch and a replay).
+class HostExpertServer {
+ public:
+  virtual ~HostExpertServer() = default;
+  virtual void serve(int64_t layer, const float* x, const int32_t* ids, const float* weights, int64_t rows,
+                     int64_t top_k, float* results, int32_t* valid) = 0;
+};
+
+// Where a backend whose MoE op runs away from the host (CUDA) meets the host: page-locked host
+// memory the device reads and writes directly, one mailbox per MoE layer. The op writes x, ids,
+// weights and rows, then sets *ready = 1; the host (a thread of experts/host_experts.h) clears
+// ready, serves, writes results and valid, then sets *done = 1; the op waits for done == 1 before
+// its combine, then clears it. Flags hold constant values so that captured graphs replay them.
+struct HostMailbox {
+  float* x = nullptr;          // [max_rows, hidden]
+  int32_t* ids = nullptr;      // [max_rows * top_k]
+  float* weights = nullptr;    // [max_rows * top_k]
+  int32_t* rows = nullptr;     // [1]
+  float* results = nullptr;    // [max_rows * top_k, hidden]
+  int32_t* valid = nullptr;    // [max_rows * top_k]
+  uint32_t* ready = nullptr;
+  uint32_t* done = nullptr;
+  int64_t max_rows = 0;
+};
+
+// A layer's link to the host: the CPU backend calls server->serve() inside its op; a backend with
+// a mailbox (Backend::host_experts_by_mailbox()) goes through it. Unset (server null): the layer
+// has no host entries.
+struct HostExpertLink {
+  HostExpertServer* server = nullptr;
+  int64_t layer = -1;
+  HostMailbox mailbox;
+};
+
 // A layer's routed experts as the backend reads them. `table` is backend memory mapping an
 // expert index to its weights (on the GPU: device pointers read by the kernels at run time, so
 // the residency manager can move experts without re-capturing graphs; empty on the CPU).
@@ -74,6 +125,7 @@ struct ExpertSet {
   // elsewhere).
   ExpertFormat tier_format = ExpertFormat::dense;
   Tensor tier_table;
+  HostExpertLink host;  // experts served by the host (set before any step using the set is captured)
 
   bool has_tier() const { return tier_format != ExpertFormat::dense && tier_format != layout.format; }
 };
@@ -89,7 +141,7 @@ DType expert_set_check(const ExpertLayout& layout, const std::vector<ExpertWeigh
 void expert_set_assign(ExpertSet& set, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
 
 // Where one expert's four planes sit in its host row (a pack slot, io/pack_format.h:
-// [codes13 | scales13 | codes2 | scales2]), W2 or MXFP4.
+// [codes13 | scales13 | codes2 | scales2]), W2, W2K or MXFP4.
 struct ExpertRowLayout {
   uint64_t codes13 = 0, scales13 = 0, codes2 = 0, scales2 = 0;
   uint64_t bytes = 0;  // the row's size (its planes end there)

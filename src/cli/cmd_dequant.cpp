@@ -5,9 +5,11 @@
 // layers) in one run, tensors spread over --threads, and writes one safetensors file of F32
 // [N, K] tensors under their hub names (what the quality harness swaps into a model copy).
 // Formats: source (exact values), bf16, f16, fp8 (e4m3, 128x128 blocks), mxfp4, nvfp4, w2,
-// w2-asym. mxfp4 and w2 run the requantization the pack builder runs (MXFP4 sources keep
-// their scales); the others run the float64 reference quantizers of formats/.
+// w2k, w2-asym. mxfp4, w2 (with --w2-quantizer) and w2k run the requantization the pack builder
+// runs (MXFP4 sources keep their scales; --imatrix weighs w2k and w2-opt as in packs); the others
+// run the float64 reference quantizers of formats/.
 #include "cli/commands.h"
+#include "cli/expert_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -32,7 +34,7 @@ namespace moet::cli {
 namespace {
 
 struct DequantOptions {
-  std::string model, tensor, format = "w2", zero_mode = "auto", out;
+  std::string model, tensor, format = "w2", zero_mode = "auto", w2_quantizer = "reference", imatrix, out;
   int64_t expert = -1;
   int threads = 0;
   bool all_experts = false;
@@ -40,9 +42,14 @@ struct DequantOptions {
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
-std::vector<float> dequant(const SourceView& src, const DequantOptions& o, ThreadPool& pool) {
+// importance: the tensor's imatrix column weights (null: none).
+std::vector<float> dequant(const SourceView& src, const DequantOptions& o, const float* importance, ThreadPool& pool) {
   const ZeroMode mode = zero_mode_parse(o.zero_mode);
-  if (o.format == "w2") return block_tensor_dequant(StoreFormat::w2, quantize_w2(src, mode, pool));
+  if (o.format == "w2" || o.format == "w2k") {
+    const StoreFormat format = store_format_parse(o.format);
+    const QuantizeOptions options{mode, w2_quantizer_parse(o.w2_quantizer), importance};
+    return block_tensor_dequant(format, quantize(format, src, options, pool));
+  }
   if (o.format == "mxfp4") return block_tensor_dequant(StoreFormat::fp4, quantize_fp4(src, pool));
   if (o.format == "w2-asym") {
     std::vector<uint8_t> codes, scales;
@@ -58,46 +65,54 @@ std::vector<float> dequant(const SourceView& src, const DequantOptions& o, Threa
     for (double& v : values) v = minifloat_round(v, o.format == "bf16" ? kBF16 : kF16);
     return to_float(values);
   }
-  fail("unknown format '{}' (expected source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2-asym)", o.format);
+  fail("unknown format '{}' (expected source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2k|w2-asym)", o.format);
 }
 
+struct ExpertTensor {
+  std::string name;
+  const float* importance;  // its imatrix column weights (null: none, or an MTP layer)
+};
+
 // Every routed-expert weight of the checkpoint in layer order: the MoE layers of the main model,
-// then the MTP (nextn) layers that ship routed experts.
-std::vector<std::string> routed_expert_names(const Checkpoint& ckpt) {
+// then the MTP (nextn) layers that ship routed experts (the imatrix covers the main layers only).
+std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const Imatrix* imatrix) {
   const ModelConfig config = model_config_parse(ckpt.config());
-  std::vector<std::string> names;
+  if (imatrix) imatrix_check(*imatrix, config, imatrix->path);
+  std::vector<ExpertTensor> tensors;
   const int64_t layers = config.num_hidden_layers + config.num_nextn_predict_layers;
   for (int64_t layer = 0; layer < layers; ++layer) {
     const bool main_layer = layer < config.num_hidden_layers;
     if (main_layer && !config.layer_is_moe[size_t(layer)]) continue;
     for (int64_t e = 0; e < config.n_routed_experts; ++e) {
       const auto n = config.expert_tensor_names(layer, e);
-      for (const std::string& name : {n.gate, n.up, n.down})
-        if (main_layer || ckpt.find(name) != nullptr) names.push_back(name);
+      for (const std::string* name : {&n.gate, &n.up, &n.down}) {
+        if (!main_layer && ckpt.find(*name) == nullptr) continue;
+        tensors.push_back({*name, imatrix ? imatrix->input(layer, e, name == &n.down) : nullptr});
+      }
     }
   }
-  MOET_CHECK(!names.empty(), "{}: no routed-expert tensors", ckpt.dir().string());
-  return names;
+  MOET_CHECK(!tensors.empty(), "{}: no routed-expert tensors", ckpt.dir().string());
+  return tensors;
 }
 
-void run_all_experts(const DequantOptions& o) {
+void run_all_experts(const DequantOptions& o, const Imatrix* imatrix) {
   const Checkpoint ckpt = Checkpoint::open(o.model);
-  const std::vector<std::string> names = routed_expert_names(ckpt);
-  std::vector<TensorToWrite> tensors(names.size());
+  const std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, imatrix);
+  std::vector<TensorToWrite> tensors(experts.size());
   ThreadPool pool(o.threads);
-  MOET_LOG_INFO("dequant {} routed-expert tensors -> {} ({} threads)", names.size(), o.format, pool.size());
+  MOET_LOG_INFO("dequant {} routed-expert tensors -> {} ({} threads)", experts.size(), o.format, pool.size());
   // One tensor per work item, each quantized single-threaded: the quantizers give the same bits
   // for any thread count, so the file equals the per-tensor runs byte for byte.
   std::mutex error_mutex;
   std::exception_ptr error;  // the first failure, rethrown here (workers must not throw)
-  pool.parallel_for(names.size(), [&](size_t begin, size_t end) {
+  pool.parallel_for(experts.size(), [&](size_t begin, size_t end) {
     ThreadPool inner(1);
     for (size_t i = begin; i < end; ++i) {
       try {
-        const SourceView src = checkpoint_source_view(ckpt, names[i]);
-        const std::vector<float> values = dequant(src, o, inner);
+        const SourceView src = checkpoint_source_view(ckpt, experts[i].name);
+        const std::vector<float> values = dequant(src, o, experts[i].importance, inner);
         TensorToWrite& t = tensors[i];
-        t.name = names[i];
+        t.name = experts[i].name;
         t.dtype = DType::f32;
         t.shape = {src.rows, src.cols};
         t.bytes.resize(values.size() * sizeof(float));
@@ -114,16 +129,24 @@ void run_all_experts(const DequantOptions& o) {
 }
 
 void run(const DequantOptions& o) {
+  const std::shared_ptr<const Imatrix> imatrix =
+      imatrix_for(o.format, w2_quantizer_for(o.format, o.w2_quantizer), o.imatrix);
   if (o.all_experts) {
     MOET_CHECK(o.tensor.empty() && o.expert < 0, "--all-experts takes no --tensor or --expert");
-    return run_all_experts(o);
+    return run_all_experts(o, imatrix.get());
   }
   MOET_CHECK(!o.tensor.empty(), "give --tensor NAME or --all-experts");
   const Checkpoint ckpt = Checkpoint::open(o.model);
   const SourceView src = checkpoint_source_view(ckpt, o.tensor, o.expert);
   MOET_LOG_INFO("dequant {}: {} [{}, {}] -> {}", o.tensor, source_format_name(src.format), src.rows, src.cols, o.format);
+  const float* importance = nullptr;
+  if (imatrix) {
+    for (const ExpertTensor& t : routed_expert_tensors(ckpt, imatrix.get()))
+      if (t.name == o.tensor) importance = t.importance;
+    MOET_CHECK(importance != nullptr, "--imatrix: {} is not a routed-expert weight of an MoE layer", o.tensor);
+  }
   ThreadPool pool(o.threads);
-  const std::vector<float> out = dequant(src, o, pool);
+  const std::vector<float> out = dequant(src, o, importance, pool);
   std::ofstream file(o.out, std::ios::binary);
   MOET_CHECK(file.good(), "{}: cannot write", o.out);
   file.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size() * sizeof(float)));
@@ -141,8 +164,10 @@ void register_dequant(CLI::App& app, Actions& actions) {
   sub->add_flag("--all-experts", o->all_experts,
                 "every routed-expert weight of the model (MoE and MTP layers) instead of one --tensor; "
                 "--out is then one safetensors file of F32 [N, K] tensors under their hub names");
-  sub->add_option("--format", o->format, "source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2-asym")->required();
+  sub->add_option("--format", o->format, "source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2k|w2-asym")->required();
   sub->add_option("--zero-mode", o->zero_mode, "sign of exact zeros in w2: auto|sign|alt");
+  sub->add_option("--w2-quantizer", o->w2_quantizer, "w2: reference (default) or opt (exponents chosen by the error)");
+  sub->add_option("--imatrix", o->imatrix, "importance matrix (`moet imatrix`) for w2k and --w2-quantizer opt");
   sub->add_option("--expert", o->expert, "expert index into a fused [E, ...] tensor");
   sub->add_option("--threads", o->threads, "worker threads (0 = one per core); same bits for any count");
   sub->add_option("--out", o->out,

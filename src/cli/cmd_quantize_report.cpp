@@ -1,7 +1,9 @@
-// `moet quantize-report`: the sign-bias study over every routed expert tensor of a checkpoint
-// (formats/sign_study.h). Per tensor: W2 symmetric vs W2-asym bias and relative RMS error in unit
-// space, the asymmetric levels and the best symmetric {+-a, +-b} set; then a summary with the
-// seed's acceptance gates. --csv / --json write the per-tensor rows for plots.
+// `moet quantize-report`: the format study over every routed expert tensor of a checkpoint. Per
+// tensor: the sign-bias study (formats/sign_study.h: W2 symmetric vs W2-asym bias and relative RMS
+// error in unit space, the asymmetric levels and the best symmetric {+-a, +-b} set) and the
+// relative and importance-weighted RMSE (formats/quant_error.h; --imatrix) of each format of
+// --error-formats (w2, w2-opt, w2k, mxfp4); then a summary with the seed's acceptance gates and
+// each format's mean errors. --csv / --json write the per-tensor rows for plots.
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -9,6 +11,7 @@
 #include "io/model_config.h"
 #include "models/arch/arch.h"
 #include "io/pack_source.h"
+#include "formats/quant_error.h"
 #include "formats/sign_study.h"
 
 #include <fmt/format.h>
@@ -24,7 +27,7 @@ namespace moet::cli {
 namespace {
 
 struct ReportOptions {
-  std::string model, zero_mode = "auto", csv, json;
+  std::string model, zero_mode = "auto", csv, json, imatrix, error_formats = "w2,w2-opt,w2k";
   int threads = 0;
   int64_t max_experts = 0;
   bool quiet = false;
@@ -33,20 +36,50 @@ struct ReportOptions {
 struct Row {
   std::string name;
   TensorStudy study;
+  std::vector<QuantError> errors;  // one per --error-formats entry
 };
+
+// An --error-formats entry: the stored format and its quantizer.
+struct ErrorFormat {
+  std::string name;
+  StoreFormat format;
+  W2Quantizer w2;
+};
+
+std::vector<ErrorFormat> error_formats_parse(const std::string& list) {
+  std::vector<ErrorFormat> formats;
+  size_t begin = 0;
+  while (begin < list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    if (name == "w2-opt") {
+      formats.push_back({name, StoreFormat::w2, W2Quantizer::opt});
+    } else {
+      MOET_CHECK(name == "w2" || name == "w2k" || name == "mxfp4",
+                 "--error-formats: unknown format '{}' (expected w2, w2-opt, w2k, mxfp4)", name);
+      formats.push_back({name, store_format_parse(name == "mxfp4" ? "fp4" : name), W2Quantizer::reference});
+    }
+    begin = end + 1;
+  }
+  return formats;
+}
 
 std::string set_name(int index) {
   const SymmetricSet& s = sign_study_sets()[size_t(index)];
   return fmt::format("{{+-{:g},+-{:g}}}", s.a, s.b);
 }
 
-nlohmann::json row_json(const Row& r) {
+nlohmann::json row_json(const Row& r, const std::vector<ErrorFormat>& formats) {
   const TensorStudy& t = r.study;
+  nlohmann::json errors = nlohmann::json::object();
+  for (size_t i = 0; i < formats.size(); ++i)
+    errors[formats[i].name] = {{"rel_rmse", r.errors[i].rel_rmse},
+                               {"weighted_rel_rmse", r.errors[i].weighted_rel_rmse}};
   return {{"tensor", r.name}, {"zero_mode", zero_mode_name(t.zero_mode)},
           {"bias_sym", t.sym.bias}, {"rel_rms_sym", t.sym.rel_rms},
           {"bias_asym", t.asym.bias}, {"rel_rms_asym", t.asym.rel_rms},
           {"asym_levels", t.asym_codebook.levels}, {"best_set", set_name(t.best_set)},
-          {"histogram", t.histogram}};
+          {"histogram", t.histogram}, {"errors", errors}};
 }
 
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
@@ -62,7 +95,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
   }
 }
 
-nlohmann::json summarize(const std::vector<Row>& rows) {
+nlohmann::json summarize(const std::vector<Row>& rows, const std::vector<ErrorFormat>& formats) {
   double bias_sym = 0, bias_asym = 0, abs_sym = 0, abs_asym = 0, rms_ratio = 0;
   int64_t asym_negative = 0, w2_wins = 0;
   std::map<std::string, int64_t> picks;
@@ -86,6 +119,12 @@ nlohmann::json summarize(const std::vector<Row>& rows) {
   s["gate_bias"] = std::fabs(bias_sym / n) < 0.005 && abs_sym < abs_asym / 5;
   s["gate_set"] = double(w2_wins) / n > 0.9;
   s["gate_rms"] = rms_ratio / n < 1.05;
+  for (size_t i = 0; i < formats.size(); ++i) {
+    double rel = 0, weighted = 0;
+    for (const Row& r : rows) rel += r.errors[i].rel_rmse, weighted += r.errors[i].weighted_rel_rmse;
+    s["errors"][formats[i].name] = {{"mean_rel_rmse", rel / n}, {"mean_weighted_rel_rmse", weighted / n},
+                                    {"bits_per_weight", formats[i].format == StoreFormat::fp4 ? 4.25 : 2.25}};
+  }
   return s;
 }
 
@@ -93,6 +132,10 @@ void run(const ReportOptions& o) {
   const Checkpoint ckpt = Checkpoint::open(o.model);
   const ModelConfig config = model_config_parse(ckpt.config());
   const ZeroMode mode = zero_mode_parse(o.zero_mode);
+  const std::vector<ErrorFormat> formats = error_formats_parse(o.error_formats);
+  const std::shared_ptr<const Imatrix> imatrix =
+      o.imatrix.empty() ? nullptr : std::make_shared<const Imatrix>(imatrix_read(o.imatrix));
+  if (imatrix) imatrix_check(*imatrix, config, o.imatrix);
   ThreadPool pool(o.threads);
   std::vector<Row> rows;
   const int64_t experts = o.max_experts > 0 ? std::min(o.max_experts, config.n_routed_experts) : config.n_routed_experts;
@@ -102,8 +145,16 @@ void run(const ReportOptions& o) {
     if (!config.layer_is_moe[size_t(layer)]) continue;
     for (int64_t e = 0; e < experts; ++e) {
       const auto names = config.expert_tensor_names(layer, e);
-      for (const std::string& name : {names.gate, names.up, names.down}) {
-        rows.push_back({name, sign_study(checkpoint_source_view(ckpt, name), mode, pool)});
+      for (const std::string* tensor : {&names.gate, &names.up, &names.down}) {
+        const std::string& name = *tensor;
+        const SourceView source = checkpoint_source_view(ckpt, name);
+        rows.push_back({name, sign_study(source, mode, pool), {}});
+        const float* importance = imatrix ? imatrix->input(layer, e, tensor == &names.down) : nullptr;
+        for (const ErrorFormat& f : formats) {
+          const QuantizeOptions options{mode, f.w2, importance};
+          const BlockTensor q = quantize(f.format, source, options, pool);
+          rows.back().errors.push_back(quant_error(source, q, f.format, importance));
+        }
         const TensorStudy& t = rows.back().study;
         const auto& l = t.asym_codebook.levels;
         if (!o.quiet)
@@ -113,12 +164,12 @@ void run(const ReportOptions& o) {
       }
     }
   }
-  const nlohmann::json summary = summarize(rows);
+  const nlohmann::json summary = summarize(rows, formats);
   std::printf("summary: %s\n", summary.dump(2).c_str());
   if (!o.csv.empty()) write_csv(o.csv, rows);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", o.model}, {"zero_mode", o.zero_mode}, {"summary", summary}, {"tensors", nlohmann::json::array()}};
-    for (const Row& r : rows) j["tensors"].push_back(row_json(r));
+    for (const Row& r : rows) j["tensors"].push_back(row_json(r, formats));
     std::ofstream out(o.json);
     MOET_CHECK(out.good(), "{}: cannot write", o.json);
     out << j.dump(1) << "\n";
@@ -129,12 +180,19 @@ void run(const ReportOptions& o) {
 
 void register_quantize_report(CLI::App& app, Actions& actions) {
   auto o = std::make_shared<ReportOptions>();
-  CLI::App* sub = app.add_subcommand("quantize-report", "sign-bias study: W2 symmetric vs asymmetric per expert tensor");
+  CLI::App* sub = app.add_subcommand("quantize-report", "format study per expert tensor: sign bias (W2 symmetric vs "
+                                     "asymmetric) and each format's relative / importance-weighted RMSE");
   sub->add_option("--model", o->model, "model folder: config.json + *.safetensors")->required();
   sub->add_option("--zero-mode", o->zero_mode, "sign of exact zeros: auto|sign|alt");
   sub->add_option("--max-experts", o->max_experts, "study only the first N experts of each layer (0 = all)");
   sub->add_option("--csv", o->csv, "write per-tensor rows as CSV");
   sub->add_option("--json", o->json, "write per-tensor rows and the summary as JSON");
+  sub->add_option("--imatrix", o->imatrix,
+                  "importance matrix (`moet imatrix`): w2-opt and w2k weigh their error by it, and the weighted RMSE "
+                  "uses it (else every column weighs 1)");
+  sub->add_option("--error-formats", o->error_formats,
+                  "comma-separated formats whose relative and weighted RMSE to report: w2, w2-opt, w2k, mxfp4 "
+                  "(empty: none)");
   sub->add_option("--threads", o->threads, "worker threads (0 = one per core)");
   sub->add_flag("--quiet", o->quiet, "print only the summary");
   actions[sub] = [o] { run(*o); };

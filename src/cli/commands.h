@@ -23,5 +23,6 @@ void register_pack(CLI::App& app, Actions& actions);
 void register_dequant(CLI::App& app, Actions& actions);
 void register_quantize_report(CLI::App& app, Actions& actions);
 void register_serve(CLI::App& app, Actions& actions);
+void register_imatrix(CLI::App& app, Actions& actions);
 
 }  // namespace moet::cli

@@ -20,10 +20,18 @@ uint64_t gib_or_auto(const std::string& flag, const std::string& value) {
 
 void ExpertOptions::add_to(CLI::App& sub) {
   sub.add_option("--experts", experts,
-                 "how routed experts are stored: w2 (2-bit sign-symmetric, default), fp4 (MXFP4) or "
-                 "native (the checkpoint's values; FP8/FP4 sources decoded to F32)")
+                 "how routed experts are stored: w2 (2-bit sign-symmetric, default), w2k (2-bit E8 lattice "
+                 "codebook with fine scales, 2.25 bits a weight: lower error than w2 at the same size), fp4 "
+                 "(MXFP4) or native (the checkpoint's values; FP8/FP4 sources decoded to F32)")
       ->envname("MOET_EXPERTS")
-      ->check(CLI::IsMember({"native", "w2", "fp4"}));
+      ->check(CLI::IsMember({"native", "w2", "w2k", "fp4"}));
+  sub.add_option("--w2-quantizer", w2_quantizer,
+                 "how w2 picks its bytes: reference (the fixed pipeline, default) or opt (each block's exponent "
+                 "chosen by the error, weighted by --imatrix when given; same format)")
+      ->check(CLI::IsMember({"reference", "opt"}));
+  sub.add_option("--imatrix", imatrix,
+                 "importance matrix from `moet imatrix` for the quantizers that weigh their error by it "
+                 "(w2k, --w2-quantizer opt); its hash is part of a pack's identity");
   sub.add_option("--zero-mode", zero_mode,
                  "W2 sign of exact zeros: auto (alt for tensors whose zeros are one-signed), sign "
                  "(keep the sign bit) or alt (alternate by column parity)")
@@ -69,18 +77,56 @@ void ExpertOptions::add_to(CLI::App& sub) {
       ->check(CLI::IsMember({"lru", "frequency"}));
   sub.add_option("--kpi-every", kpi_every, "steps between expert-cache and FP4-tier KPI log lines (0 = none)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-tiering", tiering,
+                 "inclusive (default): the host store holds every expert, the cache copies of some; exclusive: an "
+                 "expert is in the cache or in the host store, never both (capacity = cache + host RAM; a fetch "
+                 "copies the evicted expert back; --expert-store ram or arena, the cache sized in GiB or slots)")
+      ->check(CLI::IsMember({"inclusive", "exclusive"}));
+  sub.add_option("--cpu-experts", cpu_experts,
+                 "routed experts not in the cache: off (fetched, the step run again; default), on (computed on the "
+                 "host from their host rows, the hottest moved into the cache after the step; without a cache every "
+                 "routed expert runs on the host), auto (per miss: fetch, host, or skip within --miss-tolerance, "
+                 "from costs measured at startup)")
+      ->check(CLI::IsMember({"off", "on", "auto"}));
+  sub.add_option("--cpu-expert-threads", cpu_expert_threads,
+                 "--cpu-experts on|auto: host threads computing experts (0 = one per hardware thread)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-promote-per-step", promote_per_step,
+                 "--cpu-experts on|auto: host-computed experts moved into the cache after a step at most (the hottest, "
+                 "replacing colder ones; 0 = the cache keeps what it has)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--expert-prefetch", prefetch,
+                 "off (default) or next-layer: decode steps run layer by layer and each MoE layer's input is routed "
+                 "through the next MoE layer's router to load the experts it predicts before that layer runs")
+      ->check(CLI::IsMember({"off", "next-layer"}));
   fp4.add_to(sub);
 }
 
 ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
-  ModelLoadOptions options{expert_mode_parse(experts), zero_mode_parse(zero_mode), pack_dir, {}};
+  ModelLoadOptions options;
+  options.experts = expert_mode_parse(experts);
+  options.zero_mode = zero_mode_parse(zero_mode);
+  options.w2_quantizer = w2_quantizer_for(experts, w2_quantizer);
+  options.imatrix = imatrix_for(experts, options.w2_quantizer, imatrix);
+  options.pack_dir = pack_dir;
   const uint64_t cache_bytes = gib_or_auto("--expert-cache-gb", cache_gb);
   const bool cache_on = cache_slots > 0 || cache_gb == "auto" || cache_bytes > 0;
   const bool store_flags = store != "ram" || direct_io || ram_gb != "auto" || no_preheat;
-  MOET_CHECK(cache_on || !store_flags, "--expert-store and its flags need the expert cache (--expert-cache-gb or "
-                                       "--expert-cache-slots)");
+  // --cpu-experts on without a cache: no slots, every routed expert on the host.
+  const bool host_only = !cache_on && cpu_experts == "on";
+  MOET_CHECK(cache_on || host_only || !store_flags, "--expert-store and its flags need the expert cache "
+                                                    "(--expert-cache-gb or --expert-cache-slots)");
+  MOET_CHECK(cache_on || host_only || cpu_experts == "off",
+             "--cpu-experts auto chooses between the expert cache and the host: give --expert-cache-gb or "
+             "--expert-cache-slots (or --cpu-experts on to compute every routed expert on the host)");
+  MOET_CHECK(cache_on || tiering == "inclusive",
+             "--expert-tiering exclusive needs the expert cache (--expert-cache-gb GiB or --expert-cache-slots N)");
+  MOET_CHECK(cache_on || prefetch == "off", "--expert-prefetch next-layer loads into the expert cache: give "
+                                            "--expert-cache-gb or --expert-cache-slots");
+  MOET_CHECK(cpu_experts != "off" || (cpu_expert_threads == 0 && promote_per_step == 4),
+             "--cpu-expert-threads and --expert-promote-per-step are for --cpu-experts on or auto");
   fp4.resolve(options, max_step_rows, cache_slots == 0 && cache_gb == "auto", kpi_every);
-  if (!cache_on) return options;
+  if (!cache_on && !host_only) return options;
   MOET_CHECK(options.experts != ExpertMode::native, "the expert cache holds W2 or FP4 experts: not with --experts native");
   MOET_CHECK(store == "ram" || !pack_dir.empty(), "--expert-store {} reads the pack file: give --pack-dir", store);
   MOET_CHECK(store == "arena" || (ram_gb == "auto" && !no_preheat), "--expert-ram-gb and --no-preheat are for "
@@ -98,8 +144,35 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   t.store.direct_io = direct_io;
   t.store.arena_bytes = gib_or_auto("--expert-ram-gb", ram_gb);
   t.store.preheat = !no_preheat;
+  t.residency.tiering = expert_tiering_parse(tiering);
+  t.residency.cpu_experts = cpu_experts_parse(cpu_experts);
+  t.residency.host_only = host_only;
+  t.residency.cpu_threads = cpu_expert_threads;
+  t.residency.promote_per_step = promote_per_step;
+  t.residency.prefetch = expert_prefetch_parse(prefetch);
+  MOET_CHECK(t.residency.tiering == ExpertTiering::inclusive || (cache_gb != "auto" || cache_slots > 0),
+             "--expert-tiering exclusive sizes the host store by the cache: give --expert-cache-gb GiB or "
+             "--expert-cache-slots N, not auto");
+  MOET_CHECK(t.residency.tiering == ExpertTiering::inclusive || store != "pack",
+             "--expert-tiering exclusive with --expert-store pack: the pack store keeps no row in RAM, so there is "
+             "nothing to make exclusive (use ram or arena)");
   options.tiering = t;
   return options;
+}
+
+W2Quantizer w2_quantizer_for(const std::string& format, const std::string& quantizer) {
+  const W2Quantizer q = w2_quantizer_parse(quantizer);
+  MOET_CHECK(q == W2Quantizer::reference || format == "w2", "--w2-quantizer {} is for the w2 format, not {}",
+             quantizer, format);
+  return q;
+}
+
+std::shared_ptr<const Imatrix> imatrix_for(const std::string& format, W2Quantizer quantizer, const std::string& path) {
+  if (path.empty()) return nullptr;
+  MOET_CHECK(format == "w2k" || (format == "w2" && quantizer == W2Quantizer::opt),
+             "--imatrix is read by the w2k format and by --w2-quantizer opt only (not {}{})", format,
+             format == "w2" ? " with the reference quantizer" : "");
+  return std::make_shared<const Imatrix>(imatrix_read(path));
 }
 
 }  // namespace moet::cli

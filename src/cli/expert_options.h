@@ -1,8 +1,10 @@
-// The flags that say how routed experts are stored (--experts native|w2|fp4, --zero-mode,
-// --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
+// The flags that say how routed experts are stored (--experts native|w2|w2k|fp4, --zero-mode,
+// --w2-quantizer, --imatrix, --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
 // residency: --expert-cache-gb / --expert-cache-slots, --expert-store and its knobs, the miss
-// protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every), shared by every
-// subcommand that loads a model; the FP4 tier's and the gate's flags are in fp4_options.h.
+// protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every; past the cache:
+// --expert-tiering, --cpu-experts and its --cpu-expert-threads / --expert-promote-per-step,
+// --expert-prefetch), shared by every subcommand that loads a model; the FP4 tier's and the gate's
+// flags are in fp4_options.h.
 #pragma once
 
 #include "cli/fp4_options.h"
@@ -10,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 
 namespace moet::cli {
@@ -17,6 +20,8 @@ namespace moet::cli {
 struct ExpertOptions {
   std::string experts = "w2";
   std::string zero_mode = "auto";
+  std::string w2_quantizer = "reference";
+  std::string imatrix;
   std::string pack_dir;
   std::string cache_gb = "0";  // GiB, "auto", or 0 = every expert resident
   int64_t cache_slots = 0;
@@ -29,16 +34,27 @@ struct ExpertOptions {
   int64_t max_replays = 4;
   std::string eviction = "lru";
   int64_t kpi_every = 500;
+  std::string tiering = "inclusive";
+  std::string cpu_experts = "off";
+  int cpu_expert_threads = 0;
+  int64_t promote_per_step = 4;
+  std::string prefetch = "off";
   Fp4Options fp4;
 
   void add_to(CLI::App& sub);
   // max_step_rows: the most decode rows one step of this command can have (the engine's
   // max_num_seqs; the bench's batch): the expert cache must hold one such step's largest layer.
+  // Reads and checks --imatrix (a file of another model is refused when the model loads).
   ModelLoadOptions resolve(int64_t max_step_rows = 1) const;
 };
 
 // "auto" -> 0 (the caller's automatic size), else a non-negative number of GiB in bytes; a bad
 // value is an error naming `flag`.
 uint64_t gib_or_auto(const std::string& flag, const std::string& value);
+// --imatrix / --w2-quantizer as the quantizers take them: the opt quantizer is W2's only, and an
+// imatrix is read only by W2K and W2-opt (a one-line error for any other combination). Shared
+// with `moet pack` and `moet dequant`.
+W2Quantizer w2_quantizer_for(const std::string& format, const std::string& quantizer);
+std::shared_ptr<const Imatrix> imatrix_for(const std::string& format, W2Quantizer quantizer, const std::string& path);
 
 }  // namespace moet::cli

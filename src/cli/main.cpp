@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   moet::cli::register_dequant(app, actions);
   moet::cli::register_quantize_report(app, actions);
   moet::cli::register_serve(app, actions);
+  moet::cli::register_imatrix(app, actions);
 
   try {
     app.parse(argc, argv);

@@ -94,6 +94,12 @@ KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOption
   return dtype;
 }
 
+void check_verified_on_gpu(const DeviceOptions& device, std::string_view feature) {
+  static constexpr std::string_view kUnverified[] = {"--experts w2k", "moet imatrix"};
+  for (std::string_view f : kUnverified)
+    MOET_CHECK(device.device != "cuda" || f != feature, "{} on --device cuda is not yet verified on a GPU", feature);
+}
+
 void ModelOptions::add_to(CLI::App& sub) {
   sub.add_option("--model", model_dir, "model folder: config.json + *.safetensors (+ tokenizer files)")
       ->required();
@@ -104,10 +110,20 @@ void ModelOptions::add_to(CLI::App& sub) {
 }
 
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
+  if (experts.experts == "w2k") check_verified_on_gpu(device, "--experts w2k");
   ModelLoadOptions options = experts.resolve(max_step_rows);
   // The one gate of the CUDA FP4 tier (its tests: tests/cpp/cuda/cuda_fp4_tier_test.cpp).
   MOET_CHECK(!(options.fp4_tier && device.device == "cuda"),
              "--fp4-pool-gb / --fp4-pool-slots on --device cuda is not yet verified on a GPU");
+  if (options.tiering) {
+    ResidencyOptions& r = options.tiering->residency;
+    r.host_isa = device.cpu_portable ? CpuIsa::portable : cpu_isa_best();
+    // The one gate of the CUDA paths past the cache (their tests: tests/cpp/cuda/cuda_host_experts_test.cpp).
+    MOET_CHECK(device.device != "cuda" || (r.tiering == ExpertTiering::inclusive && r.cpu_experts == CpuExperts::off &&
+                                           r.prefetch == ExpertPrefetch::off),
+               "--expert-tiering exclusive, --cpu-experts on|auto and --expert-prefetch next-layer on --device cuda "
+               "are not yet verified on a GPU");
+  }
   return options;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace moet {
 namespace {
@@ -38,6 +39,21 @@ ExpertKpis expert_kpis(const ResidencyStats& now, const ResidencyStats& before, 
   if (store.arena_hits + store.arena_misses > 0) k.arena_hit_rate = ratio(double(hits), double(hits + misses));
   k.read_p50_ms = 1e3 * percentile(store.fetch_seconds, 0.5);
   k.read_p99_ms = 1e3 * percentile(store.fetch_seconds, 0.99);
+  k.written_back_rows = now.written_back_rows - before.written_back_rows;
+  k.written_back_bytes = now.written_back_bytes - before.written_back_bytes;
+  k.host_pairs = now.host_pairs - before.host_pairs;
+  k.host_items = now.host_items - before.host_items;
+  k.host_item_fraction = ratio(double(k.host_items), double(now.routed_items - before.routed_items));
+  k.host_seconds = now.host_seconds - before.host_seconds;
+  k.chose_fetch = now.chose_fetch - before.chose_fetch;
+  k.chose_host = now.chose_host - before.chose_host;
+  k.chose_skip = now.chose_skip - before.chose_skip;
+  k.promoted_rows = now.promoted_rows - before.promoted_rows;
+  k.prefetched_rows = now.prefetched_rows - before.prefetched_rows;
+  k.predicted_routed = now.predicted_routed - before.predicted_routed;
+  if (k.predicted_routed > 0)
+    k.prefetch_hit_rate = ratio(double(now.predicted_hits - before.predicted_hits), double(k.predicted_routed));
+  k.costs = now.costs;
   return k;
 }
 
@@ -51,6 +67,17 @@ std::string expert_kpi_line(const ExpertKpis& k) {
   if (k.accepted_misses > 0) line += fmt::format(", {} misses accepted", k.accepted_misses);
   if (k.arena_hit_rate >= 0.0) line += fmt::format(", arena hits {:.1f}%", 100.0 * k.arena_hit_rate);
   line += fmt::format(", store read p50 {:.2f} ms p99 {:.2f} ms", k.read_p50_ms, k.read_p99_ms);
+  if (k.written_back_rows > 0)
+    line += fmt::format(", wrote back {} rows ({:.2f} GB)", k.written_back_rows, double(k.written_back_bytes) / 1e9);
+  if (k.host_pairs > 0)
+    line += fmt::format(", host computed {} experts ({:.1f}% of routings) in {:.2f} s", k.host_pairs,
+                        100.0 * k.host_item_fraction, k.host_seconds);
+  if (k.chose_fetch + k.chose_host + k.chose_skip > 0)
+    line += fmt::format(", misses: {} fetch {} host {} skip", k.chose_fetch, k.chose_host, k.chose_skip);
+  if (k.promoted_rows > 0) line += fmt::format(", promoted {}", k.promoted_rows);
+  if (k.prefetch_hit_rate >= 0.0)
+    line += fmt::format(", next-layer prediction hit rate {:.1f}% ({} prefetched)", 100.0 * k.prefetch_hit_rate,
+                        k.prefetched_rows);
   return line;
 }
 
@@ -69,6 +96,26 @@ nlohmann::json expert_kpi_json(const ExpertKpis& k) {
                       {"store_read_p50_ms", k.read_p50_ms},
                       {"store_read_p99_ms", k.read_p99_ms}};
   if (k.arena_hit_rate >= 0.0) j["arena_hit_rate"] = k.arena_hit_rate;
+  j["written_back_rows"] = k.written_back_rows;
+  j["written_back_bytes"] = k.written_back_bytes;
+  j["host_pairs"] = k.host_pairs;
+  j["host_items"] = k.host_items;
+  j["host_item_fraction"] = k.host_item_fraction;
+  j["host_seconds"] = k.host_seconds;
+  j["chose_fetch"] = k.chose_fetch;
+  j["chose_host"] = k.chose_host;
+  j["chose_skip"] = k.chose_skip;
+  j["promoted_rows"] = k.promoted_rows;
+  j["prefetched_rows"] = k.prefetched_rows;
+  if (k.prefetch_hit_rate >= 0.0) {
+    j["prefetch_hit_rate"] = k.prefetch_hit_rate;
+    j["predicted_routed"] = k.predicted_routed;
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  j["costs"] = {{"fetch_ms", 1e3 * k.costs.fetch_seconds},
+                {"replay_ms", k.costs.replay_seconds == inf ? -1.0 : 1e3 * k.costs.replay_seconds},
+                {"host_fixed_ms", 1e3 * k.costs.host_fixed_seconds},
+                {"host_row_ms", 1e3 * k.costs.host_row_seconds}};
   return j;
 }
 
@@ -94,6 +141,25 @@ std::vector<KpiSample> expert_kpi_samples(const ExpertKpis& k) {
   };
   if (k.arena_hit_rate >= 0.0)
     s.push_back({"moet:expert_arena_hit_rate", "gauge", "Store fetches served by the pinned arena.", k.arena_hit_rate});
+  s.push_back({"moet:expert_written_back_rows", "counter",
+               "Exclusive tiering: evicted experts copied back to the store.", double(k.written_back_rows)});
+  s.push_back({"moet:expert_host_pairs", "counter", "(layer, expert) pairs computed on the host (--cpu-experts).",
+               double(k.host_pairs)});
+  s.push_back({"moet:expert_host_items", "counter", "Routings computed on the host.", double(k.host_items)});
+  s.push_back({"moet:expert_host_seconds", "counter", "Time spent computing experts on the host.", k.host_seconds});
+  s.push_back({"moet:expert_miss_fetch", "counter", "Misses --cpu-experts auto chose to fetch.",
+               double(k.chose_fetch)});
+  s.push_back({"moet:expert_miss_host", "counter", "Misses --cpu-experts auto chose to compute on the host.",
+               double(k.chose_host)});
+  s.push_back({"moet:expert_miss_skip", "counter", "Misses --cpu-experts auto left out (--miss-tolerance).",
+               double(k.chose_skip)});
+  s.push_back({"moet:expert_promoted_rows", "counter", "Host-computed experts moved into the cache after their step.",
+               double(k.promoted_rows)});
+  s.push_back({"moet:expert_prefetched_rows", "counter", "Experts loaded by the next-layer prediction.",
+               double(k.prefetched_rows)});
+  if (k.prefetch_hit_rate >= 0.0)
+    s.push_back({"moet:expert_prefetch_hit_rate", "gauge",
+                 "Routed experts the next-layer prediction named, since start.", k.prefetch_hit_rate});
   return s;
 }
 

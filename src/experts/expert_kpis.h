@@ -1,5 +1,7 @@
 // The expert cache's KPIs, from the residency's and the store's counters: replayed steps, missing
-// pairs per step, coverage, the token hit rate, fetch GB/s, arena hits, store read latency. Used
+// pairs per step, coverage, the token hit rate, fetch GB/s, arena hits, store read latency; past
+// the cache: rows written back (exclusive tiering), experts computed on the host and the per-miss
+// policy's choices (--cpu-experts), promotions, the next-layer prediction's hit rate. Used
 // by the periodic log line (every --kpi-every steps, over the steps since the last one), by
 // /metrics (Prometheus names moet:expert_*, since start) and by the JSON of moet generate and
 // moet bench ("experts": {...}).
@@ -25,6 +27,16 @@ struct ExpertKpis {
   double fetch_gb_per_s = 0.0;           // fetched bytes / time spent fetching
   double arena_hit_rate = -1.0;          // arena store only (else -1)
   double read_p50_ms = 0.0, read_p99_ms = 0.0;  // store fetch latency, recent fetches
+  int64_t written_back_rows = 0;
+  uint64_t written_back_bytes = 0;
+  int64_t host_pairs = 0, host_items = 0;
+  double host_item_fraction = 0.0;       // routings computed on the host / routings (first passes)
+  double host_seconds = 0.0;
+  int64_t chose_fetch = 0, chose_host = 0, chose_skip = 0;
+  int64_t promoted_rows = 0, prefetched_rows = 0;
+  int64_t predicted_routed = 0;          // routed experts of layers that had a prediction
+  double prefetch_hit_rate = -1.0;       // of those, the share the prediction named (else -1: none)
+  MissCosts costs;
 };
 
 // KPIs of what happened between `before` and `now` (before = {}: since the start).

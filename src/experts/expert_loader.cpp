@@ -12,7 +12,15 @@
 namespace moet {
 namespace {
 
-StoreFormat store_format_of(ExpertMode mode) { return mode == ExpertMode::fp4 ? StoreFormat::fp4 : StoreFormat::w2; }
+StoreFormat store_format_of(ExpertMode mode) {
+  return mode == ExpertMode::fp4 ? StoreFormat::fp4 : mode == ExpertMode::w2k ? StoreFormat::w2k : StoreFormat::w2;
+}
+
+ExpertFormat expert_format_of(StoreFormat format) {
+  return format == StoreFormat::fp4   ? ExpertFormat::fp4
+         : format == StoreFormat::w2k ? ExpertFormat::w2k
+                                      : ExpertFormat::w2;
+}
 
 void check_shape(const SourceView& view, int64_t rows, int64_t cols) {
   MOET_CHECK(view.rows == rows && view.cols == cols, "tensor '{}' has shape [{}, {}] but the config implies [{}, {}]",
@@ -25,7 +33,8 @@ ExpertMode expert_mode_parse(std::string_view name) {
   if (name == "native") return ExpertMode::native;
   if (name == "w2") return ExpertMode::w2;
   if (name == "fp4") return ExpertMode::fp4;
-  fail("unknown expert format '{}' (expected native, w2 or fp4)", name);
+  if (name == "w2k") return ExpertMode::w2k;
+  fail("unknown expert format '{}' (expected native, w2, w2k or fp4)", name);
 }
 
 const char* expert_mode_name(ExpertMode mode) {
@@ -33,6 +42,7 @@ const char* expert_mode_name(ExpertMode mode) {
     case ExpertMode::native: return "native";
     case ExpertMode::w2: return "w2";
     case ExpertMode::fp4: return "fp4";
+    case ExpertMode::w2k: return "w2k";
   }
   return "?";
 }
@@ -42,8 +52,10 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
   if (options_.experts == ExpertMode::native) return;
   const StoreFormat format = store_format_of(options_.experts);
   const int rank = options_.shard.rank, world = options_.shard.size;
-  spec_ = checkpoint_ != nullptr ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world)
-                                 : random_pack_spec(config_, format);
+  const PackQuantizer quantizer{options_.w2_quantizer, options_.imatrix.get()};
+  spec_ = checkpoint_ != nullptr
+              ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world, quantizer)
+              : random_pack_spec(config_, format);
   spec_->rank = rank;
   spec_->world = world;
   slot_.resize(spec_->layout().stride);
@@ -53,7 +65,7 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
   MOET_CHECK(!ec, "pack directory {} cannot be made: {}", options_.pack_dir.string(), ec.message());
   paths_ = moet::pack_paths(options_.pack_dir, format, rank, world);
   const bool built = checkpoint_ != nullptr
-                         ? pack_ensure(*paths_, *spec_, checkpoint_expert_sources(*checkpoint_, config_), pool_)
+                         ? pack_ensure(*paths_, *spec_, expert_sources(), pool_)
                          : pack_ensure_rows(*paths_, *spec_, [this](int64_t, int64_t, uint8_t* slot) { fill_random(slot); });
   if (!built) MOET_LOG_INFO("reusing {} pack {} (quantization skipped)", store_format_name(format), paths_->pack.string());
   reader_ = PackReader::open(*paths_, *spec_);
@@ -75,26 +87,31 @@ PackSpec ExpertLoader::random_pack_spec(const ModelConfig& config, StoreFormat f
   return spec;
 }
 
-// Random experts: arbitrary codes, scales near 2^-6 so activations stay finite. Filled on every
-// core: full-size shapes are tens of GB of codes.
+// Random experts: arbitrary codes, scales near 2^-6 so activations stay finite (UE8M0 121; W2K's
+// UE5M3 144). Filled on every core: full-size shapes are tens of GB of codes.
 void ExpertLoader::fill_random(uint8_t* slot) {
   const SlotLayout layout = spec_->layout();
   random_.fill(slot, layout.stride, pool_);
-  std::memset(slot + layout.scales13, 121, layout.codes2 - layout.scales13);
-  std::memset(slot + layout.scales2, 121, layout.slot_bytes - layout.scales2);
+  const int scale = spec_->format == StoreFormat::w2k ? 144 : 121;
+  std::memset(slot + layout.scales13, scale, layout.codes2 - layout.scales13);
+  std::memset(slot + layout.scales2, scale, layout.slot_bytes - layout.scales2);
 }
 
 ExpertLoader::~ExpertLoader() = default;
 
+// Only the formats that read an importance matrix get it (W2K; W2 with the opt quantizer).
+ExpertSourceFn ExpertLoader::expert_sources() const {
+  const bool weighed = pack_uses_imatrix(spec_->format, {options_.w2_quantizer, options_.imatrix.get()});
+  return checkpoint_expert_sources(*checkpoint_, config_, weighed ? options_.imatrix.get() : nullptr);
+}
+
 ExpertLayout ExpertLoader::layout() const {
-  const ExpertFormat format = !spec_                             ? ExpertFormat::dense
-                              : spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4
-                                                                  : ExpertFormat::w2;
+  const ExpertFormat format = spec_ ? expert_format_of(spec_->format) : ExpertFormat::dense;
   return {format, config_.hidden_size, config_.moe_intermediate_size, float(config_.swiglu_limit)};
 }
 
 ExpertRowLayout ExpertLoader::row_layout() const {
-  MOET_CHECK(spec_.has_value(), "--experts native has no pack rows (tiered residency needs w2 or fp4)");
+  MOET_CHECK(spec_.has_value(), "--experts native has no pack rows (tiered residency needs w2, w2k or fp4)");
   const SlotLayout l = spec_->layout();
   return {l.codes13, l.scales13, l.codes2, l.scales2, l.slot_bytes};
 }
@@ -112,10 +129,8 @@ void ExpertLoader::fill_slot(ExpertUploadSink& sink, int64_t layer, int64_t expe
     const PackRead read{layer, expert, slot_.data()};
     reader_->read({&read, 1});
   } else if (checkpoint_ != nullptr) {
-    const auto names = config_.expert_tensor_names(layer, expert);
     const int64_t hidden = config_.hidden_size, inner = config_.moe_intermediate_size;
-    ExpertSources sources{checkpoint_source_view(*checkpoint_, names.gate), checkpoint_source_view(*checkpoint_, names.up),
-                          checkpoint_source_view(*checkpoint_, names.down)};
+    const ExpertSources sources = expert_sources()(layer, expert);
     check_shape(sources.gate, inner, hidden);
     check_shape(sources.up, inner, hidden);
     check_shape(sources.down, hidden, inner);
@@ -148,7 +163,7 @@ ExpertWeights ExpertLoader::from_slot(ExpertUploadSink& sink, const uint8_t* slo
     return sink.upload_plane(HostTensor{name, DType::u8, std::move(shape), slot + offset, size_t(end - offset), "(quantized)"});
   };
   ExpertWeights w;
-  w.format = spec_->format == StoreFormat::fp4 ? ExpertFormat::fp4 : ExpertFormat::w2;
+  w.format = expert_format_of(spec_->format);
   w.gate_up = plane(layout.codes13, layout.scales13, {2 * inner, hidden * bits / 8});
   w.gate_up_scales = plane(layout.scales13, layout.codes2, {2 * inner, hidden / kMxBlock});
   w.down = plane(layout.codes2, layout.scales2, {hidden, inner * bits / 8});

@@ -2,8 +2,10 @@
 //   native  the checkpoint's values: BF16/F16/F32 as they are; FP8-block, NVFP4 and MXFP4
 //           sources decoded exactly and kept as F32 (dense, for reference runs)
 //   w2      moet's 2-bit sign-symmetric format (the default), requantized from any source
+//   w2k     the stronger 2-bit format (formats/w2k.h: E8 lattice codebook, 2.25 bits a weight)
 //   fp4     MXFP4, the FP4 tier format (MXFP4 sources keep their scales verbatim)
-// For w2/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
+// W2-opt and W2K weigh their error by an importance matrix when one is given (io/imatrix.h).
+// For w2/w2k/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
 // (io/pack_format.h), quantized at load or, with a pack directory, read from a pack file that
 // is built on the first start and reused afterwards (stale packs are rebuilt, never used).
 // A rank of a parallel model (ModelLoadOptions::shard) loads only its contiguous range of every
@@ -18,10 +20,12 @@
 #include "core/thread_pool.h"
 #include "formats/mx_block.h"
 #include "io/checkpoint.h"
+#include "io/imatrix.h"
 #include "io/model_config.h"
 #include "experts/fp4_tier.h"
 #include "experts/residency.h"
 #include "io/pack_reader.h"
+#include "io/pack_writer.h"
 
 #include <filesystem>
 #include <memory>
@@ -31,13 +35,15 @@
 
 namespace moet {
 
-enum class ExpertMode { native, w2, fp4 };
-ExpertMode expert_mode_parse(std::string_view name);  // "native" | "w2" | "fp4"
+enum class ExpertMode { native, w2, fp4, w2k };
+ExpertMode expert_mode_parse(std::string_view name);  // "native" | "w2" | "w2k" | "fp4"
 const char* expert_mode_name(ExpertMode mode);
 
 struct ModelLoadOptions {
   ExpertMode experts = ExpertMode::w2;
   ZeroMode zero_mode = ZeroMode::automatic;
+  W2Quantizer w2_quantizer = W2Quantizer::reference;
+  std::shared_ptr<const Imatrix> imatrix;  // read by W2-opt and W2K (null: uniform importance)
   std::filesystem::path pack_dir;  // empty: quantize at every load
   std::optional<TieringConfig> tiering;  // the backend as a cache of experts (w2 / fp4 only)
   std::optional<Fp4TierConfig> fp4_tier;  // the FP4 recovery tier over W2 experts
@@ -72,7 +78,7 @@ class ExpertLoader {
   int64_t expert_end() const { return options_.shard.end(config_.n_routed_experts); }
   // The expert uploaded into backend memory.
   ExpertWeights load(ExpertUploadSink& sink, int64_t layer, int64_t expert);
-  // W2 / FP4: where the planes sit in a row (a pack slot), and the row of (layer, expert) into
+  // W2 / W2K / FP4: where the planes sit in a row (a pack slot), and the row of (layer, expert) into
   // `row` (row_layout().bytes); both mark its checkpoint tensors used in `sink`, as mark_used()
   // does alone (for experts a pack store serves).
   ExpertRowLayout row_layout() const;
@@ -89,12 +95,13 @@ class ExpertLoader {
   // slot_ = the expert's slot (from the pack, quantized, or invented).
   void fill_slot(ExpertUploadSink& sink, int64_t layer, int64_t expert);
   void fill_random(uint8_t* slot);
+  ExpertSourceFn expert_sources() const;
 
   const Checkpoint* checkpoint_;
   const ModelConfig& config_;
   ModelLoadOptions options_;
   ThreadPool pool_;
-  std::optional<PackSpec> spec_;           // w2 / fp4
+  std::optional<PackSpec> spec_;           // w2 / w2k / fp4
   std::optional<PackPaths> paths_;         // with a pack directory
   std::unique_ptr<PackReader> reader_;     // with a pack directory
   std::vector<uint8_t> slot_;

@@ -29,10 +29,38 @@ void ExpertPool::plan_tiering(const TieringConfig& config) {
 
 void ExpertPool::start_tiering(ExpertLoader& loader, ExpertUploadSink& sink, int64_t top_k) {
   MOET_CHECK(tiered(), "expert pool: tiering was not planned");
-  const TieringConfig& t = *tiering_;
+  TieringConfig t = *tiering_;
   const ExpertRowLayout row = loader.row_layout();
+  if (t.residency.tiering == ExpertTiering::inclusive) {
+    residency_ = std::make_unique<ExpertResidency>(backend_, *this, ensure_tracker(),
+                                                   rows_store(t.store, loader, sink), t.residency, row, top_k);
+    return;
+  }
+  // Exclusive: the pool's experts (expert-major, so every layer gets its share) are loaded into the
+  // slots here, the store holds the others.
+  MOET_CHECK(t.residency.slots > 0 || t.residency.cache_bytes > 0,
+             "--expert-tiering exclusive sizes the store by the cache: give --expert-cache-gb GiB or "
+             "--expert-cache-slots N (not auto)");
+  int64_t count = t.residency.slots > 0 ? t.residency.slots : int64_t(t.residency.cache_bytes / row.bytes);
+  std::vector<int64_t> moe_layers;
+  for (int64_t l = 0; l < layers(); ++l)
+    if (has_layer(l)) moe_layers.push_back(l);
+  std::vector<ExpertKey> held;
+  std::vector<bool> in_pool(size_t(layers() * experts_), false);
+  for (int64_t e = 0; e < experts_ && int64_t(held.size()) < count; ++e)
+    for (size_t i = 0; i < moe_layers.size() && int64_t(held.size()) < count; ++i) {
+      held.push_back({moe_layers[i], e});
+      in_pool[size_t(moe_layers[i] * experts_ + e)] = true;
+    }
+  t.store.exclusive = true;
+  t.store.held_elsewhere = [in_pool, experts = experts_](const ExpertKey& k) {
+    return in_pool[size_t(k.layer * experts + k.expert)];
+  };
   residency_ = std::make_unique<ExpertResidency>(backend_, *this, ensure_tracker(), rows_store(t.store, loader, sink),
                                                  t.residency, row, top_k);
+  residency_->preload(held, [&](int64_t layer, int64_t expert, uint8_t* dst) {
+    loader.load_row(sink, layer, expert, dst);
+  });
 }
 
 std::unique_ptr<ExpertStore> ExpertPool::rows_store(ExpertStoreOptions options, ExpertLoader& loader,
@@ -149,7 +177,7 @@ void ExpertPool::mask_layer(int64_t layer, const std::vector<bool>& keep) {
   std::vector<int64_t> ids;
   std::vector<ExpertWeights> entries;
   for (int64_t e = 0; e < experts_; ++e) {
-    if (keep[size_t(e)] || !current[size_t(e)].present()) continue;
+    if (keep[size_t(e)] || (!current[size_t(e)].present() && !current[size_t(e)].host)) continue;
     ids.push_back(e);
     entries.push_back({});
   }
@@ -165,13 +193,43 @@ void ExpertPool::restore_layer(int64_t layer) {
   masked_.erase(it);
 }
 
+void ExpertPool::link_host(int64_t layer, const HostExpertLink& link) { mutable_layer(layer).host = link; }
+
+void ExpertPool::set_router(int64_t layer, const Tensor* weight, const Tensor* bias, const RouterParams& params) {
+  MOET_CHECK(layer >= 0 && layer < layers() && weight != nullptr, "expert pool: a router for layer {}", layer);
+  routers_.resize(size_t(layers()));
+  routers_[size_t(layer)] = {weight, bias, params};
+}
+
+int64_t ExpertPool::next_routed_layer(int64_t layer) const {
+  for (int64_t l = layer + 1; l < int64_t(routers_.size()); ++l)
+    if (routers_[size_t(l)].weight && has_layer(l)) return l;
+  return -1;
+}
+
+std::vector<int32_t> ExpertPool::predict(int64_t layer, const Tensor& x) {
+  const Router& r = routers_[size_t(layer)];
+  Tensor logits = backend_.alloc({x.rows(), r.params.experts});
+  backend_.matmul(x, *r.weight, r.bias, logits);
+  Tensor ids = backend_.alloc({x.rows(), r.params.top_k}, DType::i32);
+  Tensor weights = backend_.alloc({x.rows(), r.params.top_k});
+  backend_.router(r.params, logits, ids, weights);
+  std::vector<int32_t> host(size_t(ids.numel()));
+  backend_.to_host(ids, host.data());
+  return host;
+}
+
 void ExpertPool::begin_forward() {
   if (tracker_) tracker_->clear();
 }
 
 void ExpertPool::run(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out) {
-  if (residency_ && residency_->layerwise()) return residency_->run_layer(layer, x, expert_ids, weights, out);
-  backend_.moe_experts(x, this->layer(layer), expert_ids, weights, out);
+  if (observer_) observer_->observe(backend_, layer, x, expert_ids, this->layer(layer));
+  if (!residency_ || !residency_->layerwise())
+    return backend_.moe_experts(x, this->layer(layer), expert_ids, weights, out);
+  residency_->run_layer(layer, x, expert_ids, weights, out);
+  const int64_t next = residency_->predicts(x.rows()) ? next_routed_layer(layer) : -1;
+  if (next >= 0) residency_->prefetch(next, predict(next, x));
 }
 
 }  // namespace moet

@@ -8,6 +8,10 @@
 // all-absent tables, the rows go to a host store, and an ExpertResidency (residency.h) keeps a
 // pool of slots filled; run() then lets it make a layer resident first in eager steps, and
 // begin_forward() clears what the MoE ops record (expert_tracker.h).
+// Exclusive tiering fills the slots at load with the first of the experts in expert-major order
+// (expert 0 of every layer, then expert 1, ...) and the store takes the rest. MoE blocks register
+// their routers (set_router()) so that, with --expert-prefetch next-layer, run() can apply the
+// next MoE layer's router to this layer's input and let the residency load what it predicts.
 // With an FP4 tier (plan_fp4_tier(), start_fp4_tier(); fp4_tier.h) an entry resolves to the
 // expert's FP4 slot when it has one, else to its base entry (resident, a W2 slot, or absent): the
 // pool keeps both and writes the resolved one (update_layer() sets base entries,
@@ -29,6 +33,16 @@
 #include <vector>
 
 namespace moet {
+
+// Sees each MoE layer's routing as run() receives it (the imatrix collector: experts/imatrix.h).
+// Called on the host inside the forward, before the layer's experts run: an observed forward must
+// run eagerly (no graph capture); with no observer set, run() only tests a null pointer.
+class ExpertObserver {
+ public:
+  virtual ~ExpertObserver() = default;
+  virtual void observe(Backend& backend, int64_t layer, const Tensor& x, const Tensor& expert_ids,
+                       const ExpertSet& experts) = 0;
+};
 
 class ExpertPool {
  public:
@@ -70,13 +84,21 @@ class ExpertPool {
   void update_layer(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
   void update_tier(int64_t layer, std::span<const int64_t> experts, std::span<const ExpertWeights> weights);
   bool tier_present(int64_t layer, int64_t expert) const;
-  // Until restore_layer(): only the experts `keep` names (by expert index) are present in the
-  // layer's table (a layer run in chunks).
+  // Until restore_layer(): only the experts `keep` names (by expert index) are present (or host
+  // entries) in the layer's table (a layer run in chunks).
   void mask_layer(int64_t layer, const std::vector<bool>& keep);
   void restore_layer(int64_t layer);
+  // The residency's host experts: the layer's link (before any step is captured).
+  void link_host(int64_t layer, const HostExpertLink& link);
+
+  // The MoE block of `layer` routes with `weight` [experts, hidden] (+ `bias`, empty: none) and
+  // `params`; the tensors must outlive the pool's use of them.
+  void set_router(int64_t layer, const Tensor* weight, const Tensor* bias, const RouterParams& params);
 
   // Inside a forward, before its first MoE layer.
   void begin_forward();
+  // Observes every later run() (null: none); the observer must outlive its use.
+  void set_observer(ExpertObserver* observer) { observer_ = observer; }
   // out = the layer's routed experts applied to x as expert_ids / weights route it.
   void run(int64_t layer, const Tensor& x, const Tensor& expert_ids, const Tensor& weights, Tensor& out);
 
@@ -88,6 +110,15 @@ class ExpertPool {
   std::unique_ptr<ExpertStore> rows_store(ExpertStoreOptions options, ExpertLoader& loader, ExpertUploadSink& sink);
   // The entries of `experts` as they resolve (tier over base) into the layer's table.
   void write_resolved(int64_t layer, std::span<const int64_t> experts);
+  // Prefetch: the next MoE layer after `layer` with a router (-1: none), and its routing of x.
+  int64_t next_routed_layer(int64_t layer) const;
+  std::vector<int32_t> predict(int64_t layer, const Tensor& x);
+
+  struct Router {
+    const Tensor* weight = nullptr;
+    const Tensor* bias = nullptr;
+    RouterParams params{};
+  };
 
   Backend& backend_;
   int64_t experts_;
@@ -100,6 +131,8 @@ class ExpertPool {
   // With an FP4 tier: per layer, the base entries and the tier's (empty: not a MoE layer).
   std::vector<std::vector<ExpertWeights>> base_, tier_;
   std::map<int64_t, std::vector<ExpertWeights>> masked_;  // mask_layer(): the entries to restore
+  std::vector<Router> routers_;                           // [layers] (weight null: none registered)
+  ExpertObserver* observer_ = nullptr;
 };
 
 }  // namespace moet

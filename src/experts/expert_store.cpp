@@ -59,6 +59,94 @@ class RamStore final : public ExpertStore {
   std::vector<std::shared_ptr<uint8_t>> rows_;  // [layer]: [experts] rows (null: not a MoE layer)
 };
 
+// Exclusive tiering's RAM store: only the rows the backend does not hold, plus `spare` rows for
+// the victims of one batch (its max_batch()), in pinned chunks of `experts` rows; a row index per
+// key (-1: in the backend) and a free list.
+constexpr size_t kExclusiveSpareRows = 64;
+
+class ExclusiveRamStore final : public ExpertStore {
+ public:
+  ExclusiveRamStore(Backend& backend, std::span<const int64_t> layers, int64_t experts, uint64_t row_bytes,
+                    const ExpertRowFn& fill, const std::function<bool(const ExpertKey&)>& held_elsewhere, size_t spare)
+      : experts_(experts), row_bytes_(row_bytes), spare_(spare) {
+    std::vector<ExpertKey> held;
+    for (int64_t layer : layers) {
+      if (layer >= int64_t(position_.size())) position_.resize(size_t(layer + 1), -1);
+      position_[size_t(layer)] = int64_t(row_of_.size() / size_t(experts));
+      row_of_.resize(row_of_.size() + size_t(experts), -1);
+      for (int64_t e = 0; e < experts; ++e)
+        if (!held_elsewhere || !held_elsewhere({layer, e})) held.push_back({layer, e});
+    }
+    const int64_t capacity = int64_t(held.size() + spare);
+    for (int64_t first = 0; first < capacity; first += experts)
+      chunks_.push_back(backend.alloc_pinned(size_t(row_bytes * uint64_t(std::min(experts, capacity - first)))));
+    for (int64_t r = capacity; r-- > 0;) free_.push_back(r);
+    Progress progress("expert rows into pinned RAM (exclusive)", uint64_t(held.size()) * row_bytes, true);
+    for (const ExpertKey& k : held) {
+      fill(k.layer, k.expert, take(k));
+      progress.advance(row_bytes);
+    }
+    progress.finish();
+  }
+  ExpertStoreKind kind() const override { return ExpertStoreKind::ram; }
+  uint64_t row_bytes() const override { return row_bytes_; }
+  size_t max_batch() const override { return spare_; }
+  bool exclusive() const override { return true; }
+  std::vector<uint8_t*> admit(std::span<const ExpertKey> keys, std::span<const ExpertKey>) override {
+    std::vector<uint8_t*> out;
+    for (const ExpertKey& k : keys) out.push_back(take(k));
+    return out;
+  }
+  void release(std::span<const ExpertKey> keys) override {
+    for (const ExpertKey& k : keys) {
+      int64_t& row = row_of_[size_t(index(k))];
+      MOET_CHECK(row >= 0, "expert store: layer {} expert {} is not on the host", k.layer, k.expert);
+      free_.push_back(row);
+      row = -1;
+    }
+  }
+
+ protected:
+  std::vector<const uint8_t*> fetch_rows(std::span<const ExpertKey> keys, bool) override {
+    std::vector<const uint8_t*> out;
+    for (const ExpertKey& k : keys) {
+      const int64_t row = row_of_[size_t(index(k))];
+      MOET_CHECK(row >= 0, "expert store: layer {} expert {} is not on the host (exclusive tiering: it is in the "
+                           "backend)", k.layer, k.expert);
+      out.push_back(address(row));
+    }
+    return out;
+  }
+
+ private:
+  int64_t index(const ExpertKey& k) const {
+    MOET_CHECK(k.layer >= 0 && size_t(k.layer) < position_.size() && position_[size_t(k.layer)] >= 0 &&
+                   k.expert >= 0 && k.expert < experts_,
+               "expert store: no row for layer {} expert {}", k.layer, k.expert);
+    return position_[size_t(k.layer)] * experts_ + k.expert;
+  }
+  uint8_t* address(int64_t row) const {
+    return chunks_[size_t(row / experts_)].get() + uint64_t(row % experts_) * row_bytes_;
+  }
+  // A free row for k (which must not have one).
+  uint8_t* take(const ExpertKey& k) {
+    int64_t& row = row_of_[size_t(index(k))];
+    MOET_CHECK(row < 0, "expert store: layer {} expert {} is on the host already", k.layer, k.expert);
+    MOET_CHECK(!free_.empty(), "expert store: no free row (more than {} rows left the backend at once)", spare_);
+    row = free_.back();
+    free_.pop_back();
+    return address(row);
+  }
+
+  int64_t experts_;
+  uint64_t row_bytes_;
+  size_t spare_;
+  std::vector<int64_t> position_;  // [layer]: its index among the store's layers, or -1
+  std::vector<int64_t> row_of_;    // [position * experts + expert]: row or -1
+  std::vector<int64_t> free_;
+  std::vector<std::shared_ptr<uint8_t>> chunks_;
+};
+
 // Rows read from the pack into a pinned staging area of max_batch strides.
 class PackStore final : public ExpertStore {
  public:
@@ -109,7 +197,8 @@ class ArenaStore final : public ExpertStore {
  public:
   ArenaStore(Backend& backend, std::unique_ptr<PackReader> reader, const ExpertStoreOptions& options)
       : reader_(std::move(reader)), memory_(backend), max_batch_(options.max_batch),
-        heat_path_(options.pack.pack.string() + ".heat.json") {
+        heat_path_(options.pack.pack.string() + ".heat.json"), exclusive_(options.exclusive),
+        held_elsewhere_(options.held_elsewhere) {
     const uint64_t pack_bytes = reader_->spec().file_bytes();
     const uint64_t bytes = options.arena_bytes > 0 ? options.arena_bytes : pack_bytes / 4;
     const size_t slots = size_t(std::max<uint64_t>(1, std::min(bytes, pack_bytes) / reader_->stride()));
@@ -128,7 +217,16 @@ class ArenaStore final : public ExpertStore {
   }
   ExpertStoreKind kind() const override { return ExpertStoreKind::arena; }
   uint64_t row_bytes() const override { return reader_->spec().layout().slot_bytes; }
-  size_t max_batch() const override { return std::min(max_batch_, arena_->slots()); }
+  size_t max_batch() const override { return std::min(max_batch_, arena_->slots() / (exclusive_ ? 2 : 1)); }
+  bool exclusive() const override { return exclusive_; }
+  std::vector<uint8_t*> admit(std::span<const ExpertKey> keys, std::span<const ExpertKey> loading) override {
+    std::vector<uint8_t*> out;
+    for (const ExpertKey& k : keys) out.push_back(arena_->admit(k, loading));
+    return out;
+  }
+  void release(std::span<const ExpertKey> keys) override {
+    for (const ExpertKey& k : keys) arena_->drop(k);
+  }
 
  protected:
   std::vector<const uint8_t*> fetch_rows(std::span<const ExpertKey> keys, bool scan) override {
@@ -157,7 +255,8 @@ class ArenaStore final : public ExpertStore {
     }
     keys.resize(std::min(keys.size(), arena_->slots()));
     std::erase_if(keys, [&](const ExpertKey& k) {
-      return std::find(reader_->spec().layers.begin(), reader_->spec().layers.end(), k.layer) ==
+      return (exclusive_ && held_elsewhere_ && held_elsewhere_(k)) ||
+             std::find(reader_->spec().layers.begin(), reader_->spec().layers.end(), k.layer) ==
                  reader_->spec().layers.end() ||
              k.expert < 0 || k.expert >= reader_->spec().n_experts;
     });
@@ -187,6 +286,8 @@ class ArenaStore final : public ExpertStore {
   std::unique_ptr<PackArena> arena_;
   size_t max_batch_;
   std::string heat_path_;
+  bool exclusive_;
+  std::function<bool(const ExpertKey&)> held_elsewhere_;
 };
 
 }  // namespace
@@ -207,6 +308,14 @@ const char* expert_store_name(ExpertStoreKind kind) {
   return "?";
 }
 
+std::vector<uint8_t*> ExpertStore::admit(std::span<const ExpertKey>, std::span<const ExpertKey>) {
+  fail("the {} store is not exclusive", expert_store_name(kind()));
+}
+
+void ExpertStore::release(std::span<const ExpertKey>) {
+  fail("the {} store is not exclusive", expert_store_name(kind()));
+}
+
 std::vector<const uint8_t*> ExpertStore::fetch(std::span<const ExpertKey> keys, bool scan) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<const uint8_t*> rows = fetch_rows(keys, scan);
@@ -221,6 +330,12 @@ std::vector<const uint8_t*> ExpertStore::fetch(std::span<const ExpertKey> keys, 
 std::unique_ptr<ExpertStore> expert_store_create(const ExpertStoreOptions& options, Backend& backend,
                                                  std::span<const int64_t> layers, int64_t experts, uint64_t row_bytes,
                                                  const ExpertRowFn& fill) {
+  MOET_CHECK(!options.exclusive || options.kind != ExpertStoreKind::pack,
+             "--expert-tiering exclusive with --expert-store pack: the pack store keeps no row in RAM, so there is "
+             "nothing to make exclusive (use ram or arena)");
+  if (options.kind == ExpertStoreKind::ram && options.exclusive)
+    return std::make_unique<ExclusiveRamStore>(backend, layers, experts, row_bytes, fill, options.held_elsewhere,
+                                               std::min(options.max_batch, kExclusiveSpareRows));
   if (options.kind == ExpertStoreKind::ram) return std::make_unique<RamStore>(backend, layers, experts, row_bytes, fill);
   const PackIo io = options.direct_io ? PackIo::direct : PackIo::pread;
   std::unique_ptr<PackReader> reader = PackReader::open(options.pack, options.spec, io, options.threads);

@@ -11,6 +11,12 @@
 //          around the arena, so it never evicts what decode keeps hot. The hot set is saved to
 //          <pack>.heat.json and read back into the arena at boot (unless told not to).
 // A store serves exactly the bytes a resident load would upload (tested with memcmp per store).
+// Exclusive stores (--expert-tiering exclusive: a row lives in the backend's slots or here, never
+// both) hold only the rows the backend does not: `ram` keeps those rows plus a spare batch's (the
+// victims of one fetch land there before the fetched rows' memory is let go); `arena` never keeps
+// a row the backend holds (a fetched row leaves the arena, a victim's row is written into it from
+// the backend, the pack still holding every row); `pack` has no host copy to make exclusive and
+// is refused with it.
 #pragma once
 
 #include "backend/backend.h"
@@ -55,6 +61,13 @@ class ExpertStore {
   std::vector<const uint8_t*> fetch(std::span<const ExpertKey> keys, bool scan = false);
   const ExpertStoreCounters& counters() const { return counters_; }
 
+  // Exclusive stores: memory for the rows of `keys` (experts leaving the backend), each row_bytes(),
+  // to be written before the next call, never the memory of `loading` (rows the last fetch gave,
+  // being loaded); and release() of rows now loaded into the backend (the store lets them go).
+  virtual bool exclusive() const { return false; }
+  virtual std::vector<uint8_t*> admit(std::span<const ExpertKey> keys, std::span<const ExpertKey> loading);
+  virtual void release(std::span<const ExpertKey> keys);
+
  protected:
   virtual std::vector<const uint8_t*> fetch_rows(std::span<const ExpertKey> keys, bool scan) = 0;
   ExpertStoreCounters counters_;
@@ -72,11 +85,16 @@ struct ExpertStoreOptions {
   uint64_t arena_bytes = 0;     // arena: its size (0: 25% of the pack)
   bool preheat = true;          // arena: read the saved hot set back at boot
   size_t max_batch = 256;       // rows one fetch may take (pack: the staging area; arena: its scan bypass)
+  // Exclusive (ram, arena): the keys the backend holds from the start, whose rows the store does not
+  // take (ram: fill is not called for them; arena: not preheated).
+  bool exclusive = false;
+  std::function<bool(const ExpertKey&)> held_elsewhere;
 };
 
 // The store `options` names. ram: rows of `layers` x `experts` filled through fill (a progress
-// bar while it runs); pack / arena: read from options.pack, which must match options.spec
-// (otherwise the error says why: stale, truncated).
+// bar while it runs; exclusive: only those not held elsewhere, with max_batch spare rows); pack /
+// arena: read from options.pack, which must match options.spec (otherwise the error says why:
+// stale, truncated).
 std::unique_ptr<ExpertStore> expert_store_create(const ExpertStoreOptions& options, Backend& backend,
                                                  std::span<const int64_t> layers, int64_t experts, uint64_t row_bytes,
                                                  const ExpertRowFn& fill);

@@ -91,6 +91,32 @@ void w2_quantize_row(const double* v, int64_t K, const int* exponents, bool alte
   }
 }
 
+void w2_opt_quantize_row(const double* v, int64_t K, const int* exponents, bool alternate_zeros,
+                         const float* importance, uint8_t* codes, uint8_t* scales) {
+  for (int64_t b = 0; b < K / kMxBlock; ++b) {
+    const double* block = v + b * kMxBlock;
+    const int e0 = exponents ? exponents[b] : mx_block_exponent(finite_amax(block, kMxBlock));
+    double best = INFINITY;
+    for (const int delta : {0, -2, -1, 1}) {
+      const int e = std::clamp(e0 + delta, -127, 127);
+      uint8_t trial_codes[kMxBlock / 4], trial_scale;
+      w2_quantize_row(block, kMxBlock, &e, alternate_zeros, trial_codes, &trial_scale);
+      float w[kMxBlock];
+      w2_dequant_row(trial_codes, &trial_scale, kMxBlock, w);
+      double error = 0;
+      for (int j = 0; j < kMxBlock; ++j) {
+        const double d = block[j] - double(w[j]);
+        error += (importance ? double(importance[b * kMxBlock + j]) : 1.0) * d * d;
+      }
+      if (delta == 0 || error < best) {  // +-Inf makes every error infinite: e0 stays
+        best = error;
+        scales[b] = trial_scale;
+        std::copy(std::begin(trial_codes), std::end(trial_codes), codes + b * (kMxBlock / 4));
+      }
+    }
+  }
+}
+
 void mxfp4_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t K, float* out) {
   for (int64_t k = 0; k < K; ++k) {
     const uint8_t nibble = (codes[k / 2] >> (4 * (k & 1))) & 0xf;

@@ -36,6 +36,13 @@ void mxfp4_quantize_row(const double* v, int64_t K, const int* exponents, uint8_
 void w2_quantize_row(const double* v, int64_t K, const int* exponents, bool alternate_zeros,
                      uint8_t* codes, uint8_t* scales);
 
+// W2 with each block's exponent chosen among e0 - 2 .. e0 + 1 (e0: the one w2_quantize_row would
+// use) to minimise sum_k importance_k (v_k - w_k)^2 (importance null: uniform), each weight at
+// its nearest level as there (exact zeros signed alike); e0 wins ties, then ascending. Same bytes
+// layout as W2: `--w2-quantizer opt`.
+void w2_opt_quantize_row(const double* v, int64_t K, const int* exponents, bool alternate_zeros,
+                         const float* importance, uint8_t* codes, uint8_t* scales);
+
 // Dequantize one row into float32 (exact: every level * 2^exp is a float32 value).
 void mxfp4_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t K, float* out);
 void w2_dequant_row(const uint8_t* codes, const uint8_t* scales, int64_t K, float* out);

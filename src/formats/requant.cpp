@@ -10,15 +10,31 @@
 
 namespace moet {
 
-const char* store_format_name(StoreFormat format) { return format == StoreFormat::w2 ? "w2" : "fp4"; }
+const char* store_format_name(StoreFormat format) {
+  switch (format) {
+    case StoreFormat::w2: return "w2";
+    case StoreFormat::fp4: return "fp4";
+    case StoreFormat::w2k: return "w2k";
+  }
+  return "?";
+}
 
 StoreFormat store_format_parse(std::string_view name) {
   if (name == "w2") return StoreFormat::w2;
   if (name == "fp4") return StoreFormat::fp4;
-  fail("unknown expert format '{}' (expected w2|fp4)", name);
+  if (name == "w2k") return StoreFormat::w2k;
+  fail("unknown expert format '{}' (expected w2|w2k|fp4)", name);
 }
 
-int store_format_bits(StoreFormat format) { return format == StoreFormat::w2 ? 2 : 4; }
+int store_format_bits(StoreFormat format) { return format == StoreFormat::fp4 ? 4 : 2; }
+
+W2Quantizer w2_quantizer_parse(std::string_view name) {
+  if (name == "reference") return W2Quantizer::reference;
+  if (name == "opt") return W2Quantizer::opt;
+  fail("unknown W2 quantizer '{}' (expected reference|opt)", name);
+}
+
+const char* w2_quantizer_name(W2Quantizer quantizer) { return quantizer == W2Quantizer::opt ? "opt" : "reference"; }
 
 uint64_t store_codes_bytes(StoreFormat format, int64_t rows, int64_t cols) {
   return uint64_t(rows) * uint64_t(cols) * uint64_t(store_format_bits(format)) / 8;
@@ -80,11 +96,30 @@ void source_for_each_row(const SourceView& source, ThreadPool& pool,
 
 void quantize_w2_into(const SourceView& source, ZeroMode mode, ThreadPool& pool, uint8_t* codes,
                       uint8_t* scales) {
+  quantize_into(StoreFormat::w2, source, {mode, W2Quantizer::reference, nullptr}, pool, codes, scales);
+}
+
+void quantize_into(StoreFormat format, const SourceView& source, const QuantizeOptions& options, ThreadPool& pool,
+                   uint8_t* codes, uint8_t* scales) {
+  const int64_t K = source.cols;
+  if (format == StoreFormat::fp4) return quantize_fp4_into(source, pool, codes, scales);
+  if (format == StoreFormat::w2k) {
+    return source_for_each_row(source, pool, [&](const double* v, const int*, int64_t r) {
+      w2k_quantize_row(v, options.importance, K, codes + r * (K / 4), scales + r * (K / kMxBlock));
+    });
+  }
+  ZeroMode mode = options.zero_mode;
   if (mode == ZeroMode::automatic) mode = zero_mode_resolve(mode, source_zero_counts(source, pool));
   const bool alternate = mode == ZeroMode::alt;
-  const int64_t K = source.cols;
+  const bool opt = options.w2_quantizer == W2Quantizer::opt;
   source_for_each_row(source, pool, [&](const double* v, const int* exps, int64_t r) {
-    w2_quantize_row(v, K, exps, alternate, codes + r * (K / 4), scales + r * (K / kMxBlock));
+    uint8_t* c = codes + r * (K / 4);
+    uint8_t* s = scales + r * (K / kMxBlock);
+    if (opt) {
+      w2_opt_quantize_row(v, K, exps, alternate, options.importance, c, s);
+    } else {
+      w2_quantize_row(v, K, exps, alternate, c, s);
+    }
   });
 }
 
@@ -109,11 +144,15 @@ BlockTensor block_tensor_alloc(StoreFormat format, const SourceView& source) {
 
 }  // namespace
 
-W2Tensor quantize_w2(const SourceView& source, ZeroMode mode, ThreadPool& pool) {
+BlockTensor quantize(StoreFormat format, const SourceView& source, const QuantizeOptions& options, ThreadPool& pool) {
   source_validate(source);
-  W2Tensor t = block_tensor_alloc(StoreFormat::w2, source);
-  quantize_w2_into(source, mode, pool, t.codes.data(), t.scales.data());
+  BlockTensor t = block_tensor_alloc(format, source);
+  quantize_into(format, source, options, pool, t.codes.data(), t.scales.data());
   return t;
+}
+
+W2Tensor quantize_w2(const SourceView& source, ZeroMode mode, ThreadPool& pool) {
+  return quantize(StoreFormat::w2, source, {mode, W2Quantizer::reference, nullptr}, pool);
 }
 
 Fp4Tensor quantize_fp4(const SourceView& source, ThreadPool& pool) {
@@ -130,10 +169,10 @@ std::vector<float> block_tensor_dequant(StoreFormat format, const BlockTensor& t
     const uint8_t* codes = t.codes.data() + r * row_codes;
     const uint8_t* scales = t.scales.data() + r * (t.cols / kMxBlock);
     float* dst = out.data() + r * t.cols;
-    if (format == StoreFormat::w2) {
-      w2_dequant_row(codes, scales, t.cols, dst);
-    } else {
-      mxfp4_dequant_row(codes, scales, t.cols, dst);
+    switch (format) {
+      case StoreFormat::w2: w2_dequant_row(codes, scales, t.cols, dst); break;
+      case StoreFormat::w2k: w2k_dequant_row(codes, scales, t.cols, dst); break;
+      case StoreFormat::fp4: mxfp4_dequant_row(codes, scales, t.cols, dst); break;
     }
   }
   return out;

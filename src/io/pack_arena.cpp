@@ -48,6 +48,37 @@ const uint8_t* PackArena::lookup(ExpertKey key) const {
   return it == slot_of_.end() ? nullptr : data_ + it->second * reader_.stride();
 }
 
+void PackArena::drop(ExpertKey key) {
+  const auto it = slot_of_.find(key_id(key));
+  if (it == slot_of_.end()) return;
+  const size_t slot = it->second;
+  slot_key_[slot] = UINT64_MAX;
+  slot_of_.erase(it);
+  lru_.splice(lru_.end(), lru_, position_[slot]);
+}
+
+uint8_t* PackArena::admit(ExpertKey key, std::span<const ExpertKey> protect) {
+  const uint64_t id = key_id(key);
+  size_t slot;
+  if (const auto it = slot_of_.find(id); it != slot_of_.end()) {
+    slot = it->second;
+  } else {
+    std::unordered_set<uint64_t> kept;
+    for (const ExpertKey& k : protect) kept.insert(key_id(k));
+    auto victim = lru_.end();
+    do {
+      MOET_CHECK(victim != lru_.begin(), "arena: no slot to admit a row into ({} slots, all protected)", slots_);
+      --victim;
+    } while (slot_key_[*victim] != UINT64_MAX && kept.count(slot_key_[*victim]));
+    slot = *victim;
+    if (slot_key_[slot] != UINT64_MAX) slot_of_.erase(slot_key_[slot]);
+    slot_key_[slot] = id;
+    slot_of_[id] = slot;
+  }
+  lru_.splice(lru_.begin(), lru_, position_[slot]);
+  return data_ + slot * reader_.stride();
+}
+
 std::vector<const uint8_t*> PackArena::fetch(std::span<const ExpertKey> keys, bool evict) {
   std::unordered_set<uint64_t> batch;
   for (const ExpertKey& k : keys) batch.insert(key_id(k));

@@ -40,6 +40,12 @@ class PackArena {
   PackArena& operator=(const PackArena&) = delete;
 
   std::vector<const uint8_t*> fetch(std::span<const ExpertKey> keys, bool evict = true);
+  // Exclusive use (tiered residency keeping a row either in the device's slots or here): drop()
+  // forgets key (its slot becomes the least recent, free); admit() gives key a slot, a free one or
+  // the least recently used whose key `protect` does not name, most recent now, and returns its
+  // memory for the caller to fill before the next call (nothing is read from the pack).
+  void drop(ExpertKey key);
+  uint8_t* admit(ExpertKey key, std::span<const ExpertKey> protect);
   // The resident row of key or nullptr; does not touch the LRU order.
   const uint8_t* lookup(ExpertKey key) const;
   // The cached keys, most recently used first.

@@ -23,7 +23,12 @@ std::string body_checksum(const nlohmann::json& body) {
 }  // namespace
 
 const char* pack_quantizer_abi(StoreFormat format) {
-  return format == StoreFormat::w2 ? "moet-w2-sym4-e8m0-rowmajor-a32-v1" : "moet-mxfp4-e8m0-rowmajor-a32-v1";
+  switch (format) {
+    case StoreFormat::w2: return "moet-w2-sym4-e8m0-rowmajor-a32-v1";
+    case StoreFormat::w2k: return "moet-w2k-e8p-ue5m3-rowmajor-a32-v1";
+    case StoreFormat::fp4: return "moet-mxfp4-e8m0-rowmajor-a32-v1";
+  }
+  return "?";
 }
 
 SlotLayout slot_layout(StoreFormat format, int64_t hidden, int64_t intermediate) {
@@ -66,6 +71,8 @@ nlohmann::json pack_sidecar_json(const PackSpec& spec) {
       {"file_bytes", spec.file_bytes()},
       {"layers", spec.layers},
   };
+  if (spec.w2_quantizer != W2Quantizer::reference) body["w2_quantizer"] = w2_quantizer_name(spec.w2_quantizer);
+  if (!spec.imatrix.empty()) body["imatrix"] = spec.imatrix;
   body["checksum"] = body_checksum(body);
   return body;
 }
@@ -97,6 +104,8 @@ PackSpec pack_sidecar_read(const std::filesystem::path& path) {
     spec.hidden = j.at("hidden").get<int64_t>();
     spec.intermediate = j.at("intermediate").get<int64_t>();
     spec.layers = j.at("layers").get<std::vector<int64_t>>();
+    spec.w2_quantizer = w2_quantizer_parse(j.value("w2_quantizer", "reference"));
+    spec.imatrix = j.value("imatrix", "");
     MOET_CHECK(j.at("format_version").get<int>() == kPackFormatVersion,
                "pack sidecar {}: format version {}, this build uses {}", path.string(),
                j.at("format_version").dump(), kPackFormatVersion);
@@ -124,13 +133,18 @@ std::string pack_check(const PackPaths& paths, const PackSpec& expected) {
   }
   const nlohmann::json a = pack_sidecar_json(have), b = pack_sidecar_json(expected);
   // Primary fields first (in this order), so the reason names the cause, not a derived field.
-  static const char* const kOrder[] = {"format", "checkpoint_identity", "zero_mode", "n_layers",
-                                       "n_experts", "rank", "world", "hidden", "intermediate", "layers"};
+  static const char* const kOrder[] = {"format", "checkpoint_identity", "zero_mode", "w2_quantizer", "imatrix",
+                                       "n_layers", "n_experts", "rank", "world", "hidden", "intermediate", "layers"};
   std::vector<std::string> keys(std::begin(kOrder), std::end(kOrder));
   for (const auto& [key, value] : b.items()) keys.push_back(key);
+  for (const auto& [key, value] : a.items()) keys.push_back(key);
+  const auto field = [](const nlohmann::json& j, const std::string& key) {  // optional fields may be absent
+    return j.contains(key) ? j.at(key) : nlohmann::json();
+  };
   for (const std::string& key : keys) {
-    if (key != "checksum" && a.at(key) != b.at(key))
-      return fmt::format("sidecar field '{}' is {} but {} is expected", key, a.at(key).dump(), b.at(key).dump());
+    if (key != "checksum" && field(a, key) != field(b, key))
+      return fmt::format("sidecar field '{}' is {} but {} is expected", key, field(a, key).dump(),
+                         field(b, key).dump());
   }
   const uint64_t size = std::filesystem::file_size(paths.pack, ec);
   if (ec || size != expected.file_bytes())

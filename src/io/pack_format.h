@@ -8,7 +8,10 @@
 // the slot size rounded up to 4 KiB (the tail is zero). Rank r of w holds the contiguous expert
 // range [r*E/w, (r+1)*E/w). A pack is usable only when every sidecar field equals what the
 // caller expects (PackSpec) and the file has exactly the size the sidecar implies; anything
-// else is stale. The sidecar carries an xxh64 checksum of its own canonical body.
+// else is stale. A pack quantized with an importance matrix records its hash, and W2-opt its
+// quantizer, so a changed imatrix or quantizer makes the pack stale (the fields are written only
+// when set: packs of the reference quantizers keep their sidecars). The sidecar carries an xxh64
+// checksum of its own canonical body.
 #pragma once
 
 #include "formats/mx_block.h"
@@ -42,6 +45,8 @@ SlotLayout slot_layout(StoreFormat format, int64_t hidden, int64_t intermediate)
 struct PackSpec {
   StoreFormat format = StoreFormat::w2;
   ZeroMode zero_mode = ZeroMode::automatic;
+  W2Quantizer w2_quantizer = W2Quantizer::reference;  // sidecar "w2_quantizer" when not reference
+  std::string imatrix;        // hash of the imatrix the quantizer weighed by (sidecar "imatrix"); "": none
   std::string identity;       // checkpoint identity (hash of index + headers + config)
   int64_t n_layers = 0;
   int64_t n_experts = 0;      // E of the model

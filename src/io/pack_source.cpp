@@ -95,12 +95,22 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
   }
 }
 
+bool pack_uses_imatrix(StoreFormat format, const PackQuantizer& quantizer) {
+  return quantizer.imatrix != nullptr &&
+         (format == StoreFormat::w2k || (format == StoreFormat::w2 && quantizer.w2 == W2Quantizer::opt));
+}
+
 PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
-                       ZeroMode zero_mode, int rank, int world) {
+                       ZeroMode zero_mode, int rank, int world, const PackQuantizer& quantizer) {
   MOET_CHECK(world >= 1 && rank >= 0 && rank < world, "pack: rank {} of {} is invalid", rank, world);
   PackSpec spec;
   spec.format = format;
   spec.zero_mode = zero_mode;
+  if (format == StoreFormat::w2) spec.w2_quantizer = quantizer.w2;
+  if (pack_uses_imatrix(format, quantizer)) {
+    imatrix_check(*quantizer.imatrix, config, quantizer.imatrix->path);
+    spec.imatrix = quantizer.imatrix->hash;
+  }
   spec.identity = ckpt.identity();
   spec.n_layers = config.num_hidden_layers;
   spec.n_experts = config.n_routed_experts;
@@ -114,11 +124,16 @@ PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreF
   return spec;
 }
 
-ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config) {
-  return [&ckpt, &config](int64_t layer, int64_t expert) {
+ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config, const Imatrix* imatrix) {
+  return [&ckpt, &config, imatrix](int64_t layer, int64_t expert) {
     const auto names = config.expert_tensor_names(layer, expert);
-    return ExpertSources{checkpoint_source_view(ckpt, names.gate), checkpoint_source_view(ckpt, names.up),
-                         checkpoint_source_view(ckpt, names.down)};
+    ExpertSources sources{checkpoint_source_view(ckpt, names.gate), checkpoint_source_view(ckpt, names.up),
+                          checkpoint_source_view(ckpt, names.down)};
+    if (imatrix != nullptr) {
+      sources.gate_up_importance = imatrix->input(layer, expert, false);
+      sources.down_importance = imatrix->input(layer, expert, true);
+    }
+    return sources;
   };
 }
 

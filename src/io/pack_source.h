@@ -13,6 +13,7 @@
 
 #include "formats/source.h"
 #include "io/checkpoint.h"
+#include "io/imatrix.h"
 #include "io/model_config.h"
 #include "io/pack_writer.h"
 
@@ -22,9 +23,22 @@ namespace moet {
 
 SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& name, int64_t expert = -1);
 
-// The pack expected for this checkpoint, format, zero mode and rank.
+// How a pack's experts are quantized beyond format and zero mode: W2's quantizer and the
+// importance matrix (null: none) that W2-opt and W2K weigh their error by.
+struct PackQuantizer {
+  W2Quantizer w2 = W2Quantizer::reference;
+  const Imatrix* imatrix = nullptr;
+};
+// Whether `format` with `quantizer` reads an importance matrix (W2K; W2 with the opt quantizer).
+bool pack_uses_imatrix(StoreFormat format, const PackQuantizer& quantizer);
+
+// The pack expected for this checkpoint, format, zero mode and rank. An imatrix the quantizer
+// reads must belong to the model (imatrix_check: else a one-line error naming its file); its
+// hash becomes part of the pack's identity.
 PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
-                       ZeroMode zero_mode, int rank = 0, int world = 1);
-ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config);
+                       ZeroMode zero_mode, int rank = 0, int world = 1, const PackQuantizer& quantizer = {});
+// Each expert's source views, with the imatrix's column importance when given.
+ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config,
+                                         const Imatrix* imatrix = nullptr);
 
 }  // namespace moet

@@ -15,9 +15,12 @@
 
 namespace moet {
 
-// The source matrices of one routed expert: gate [I, H], up [I, H], down [H, I].
+// The source matrices of one routed expert: gate [I, H], up [I, H], down [H, I], and the column
+// importance of their inputs (an imatrix's gate_up_in [H] and down_in [I]; null: none).
 struct ExpertSources {
   SourceView gate, up, down;
+  const float* gate_up_importance = nullptr;
+  const float* down_importance = nullptr;
 };
 // Called for each (layer, global expert index) to be packed; may be called from one thread only.
 using ExpertSourceFn = std::function<ExpertSources(int64_t layer, int64_t expert)>;
@@ -25,7 +28,7 @@ using ExpertSourceFn = std::function<ExpertSources(int64_t layer, int64_t expert
 // of slots that come from no checkpoint (invented experts); called in (layer, expert) order.
 using PackRowFn = std::function<void(int64_t layer, int64_t expert, uint8_t* slot)>;
 
-// Quantizes one expert into a slot buffer of layout.slot_bytes (the W2 or FP4 slot layout).
+// Quantizes one expert into a slot buffer of layout.slot_bytes (the W2, W2K or FP4 slot layout).
 void pack_quantize_slot(const PackSpec& spec, const ExpertSources& sources, ThreadPool& pool,
                         uint8_t* slot);
 

@@ -124,8 +124,10 @@ SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
 }
 
-void safetensors_write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors) {
+void safetensors_write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& tensor : tensors) {
     header[tensor.name] = {{"dtype", std::string(dtype_name(tensor.dtype))},

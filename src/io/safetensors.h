@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
-void safetensors_write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors);
+// `metadata` (optional) becomes the header's "__metadata__" object of string values.
+void safetensors_write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace moet

@@ -103,6 +103,8 @@ class Moe final : public FfnBlock {
       params_.correction_bias = bias_.as<float>();
     }
     pool.load_layer(layer, experts, loader);
+    // Next-layer prefetch predicts with the router (a hash-routed layer has none to predict with).
+    if (!hashed) pool.set_router(layer, &router_, &router_bias_, params_);
     const MlpNames names{c.expert_gate, c.expert_up, c.expert_down};
     if (c.n_shared_experts > 0)
       shared_ = dense_mlp_load(loader, p + "shared_experts.", hidden, inner * c.n_shared_experts, names,

@@ -12,14 +12,19 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCHS=${1:-90}
 B=${BUILD_DIR:-build-cuda}
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$EXCLUDE")"
 for ignored in /.gpu-carry/ /.gpu-pack/ /.gpu-base/; do
-  grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
+  grep -qx "$ignored" "$EXCLUDE" 2>/dev/null || echo "$ignored" >> "$EXCLUDE"
 done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
-cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench cuda_norm_bench cuda_ops_bench
+cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench cuda_norm_bench cuda_ops_bench cuda_host_experts_bench \
+  experts_host_bench
 rm -rf .gpu-carry && mkdir -p .gpu-carry/lib
 BINARIES="$B/moet $B/tests/cpp/cuda/moet_cuda_tests $B/bench/cuda_moe_bench $B/bench/cuda_norm_bench $B/bench/cuda_ops_bench"
-cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_*_bench
+BINARIES+=" $B/bench/cuda_host_experts_bench $B/bench/experts_host_bench"
+cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_*_bench \
+  .gpu-carry/experts_host_bench
 # Every non-glibc/non-libstdc++ library the binaries load (the GPU image lacks PCRE2, utf8proc,
 # xxhash, liburing; copying the rest too keeps the versions the binaries were linked against),
 # except cuBLAS: too large to carry, and the GPU machine has CUDA 13's (tools/gpu/cuda_libs.sh).

@@ -1,6 +1,7 @@
 """Quality harness: how much each routed-expert format costs a model, measured with moet itself.
 
-For every format (bf16 = the checkpoint, fp8, mxfp4, nvfp4, w2 with each zero mode, w2-asym) the
+For every format (bf16 = the checkpoint, fp8, mxfp4, nvfp4, w2 with each zero mode, w2-asym; with
+--formats all also w2-opt and w2k, and with --imatrix w2k-imatrix, w2-opt then weighted by it) the
 routed experts of the model are replaced by their quantize-then-dequantize values (one `moet
 dequant --all-experts` run per format: the reference quantizers) and stored as F32 in a copy of
 the checkpoint; everything else is left as shipped. Each copy is scored teacher-forced on a
@@ -14,7 +15,7 @@ Needs only numpy (safetensors files are read and written here byte by byte; no m
 
 Usage: python3 tools/quality/eval_quality.py --model models/tiny --text FILE --prompts FILE
          --out DIR [--moet build/moet] [--device cpu|cuda] [--max-tokens N] [--greedy-tokens N]
-         [--max-prompts N] [--threads N] [--work DIR]
+         [--max-prompts N] [--threads N] [--work DIR] [--imatrix FILE] [--formats a,b,...]
 Score at most the model's training context (--max-tokens; models/tiny was trained on 1024).
 """
 import argparse
@@ -30,8 +31,33 @@ import time
 
 import numpy as np
 
-FORMATS = [("bf16", None, None), ("fp8", "fp8", None), ("mxfp4", "mxfp4", None), ("nvfp4", "nvfp4", None),
-           ("w2-auto", "w2", "auto"), ("w2-sign", "w2", "sign"), ("w2-alt", "w2", "alt"), ("w2-asym", "w2-asym", "auto")]
+# (label, moet dequant --format, --zero-mode, more dequant arguments; "IMATRIX" is --imatrix's file)
+FORMATS = [("bf16", None, None, []), ("fp8", "fp8", None, []), ("mxfp4", "mxfp4", None, []),
+           ("nvfp4", "nvfp4", None, []), ("w2-auto", "w2", "auto", []), ("w2-sign", "w2", "sign", []),
+           ("w2-alt", "w2", "alt", []), ("w2-asym", "w2-asym", "auto", []), ("w2-opt", "w2", "auto", ["--w2-quantizer", "opt", "IMATRIX"]),
+           ("w2k", "w2k", None, []), ("w2k-imatrix", "w2k", None, ["IMATRIX"])]
+
+
+# The formats of a run without --formats (issue 31's w2-opt and w2k run with --formats all or by name).
+DEFAULT_FORMATS = "fp8,mxfp4,nvfp4,w2-auto,w2-sign,w2-alt,w2-asym"
+
+
+def formats(args):
+    """bf16 first, then --formats (all: every one); w2k-imatrix only with --imatrix (which w2-opt reads too)."""
+    chosen = []
+    wanted = (args.formats or DEFAULT_FORMATS).split(",")
+    for label, fmt, zero_mode, extra in FORMATS:
+        if label != "bf16" and label not in wanted and wanted != ["all"]:
+            continue
+        if "IMATRIX" in extra:
+            if args.imatrix:
+                extra = [a for x in extra for a in (["--imatrix", args.imatrix] if x == "IMATRIX" else [x])]
+            elif label == "w2k-imatrix":
+                continue
+            else:
+                extra = [x for x in extra if x != "IMATRIX"]
+        chosen.append((label, fmt, zero_mode, extra))
+    return chosen
 
 
 def moet(binary, *args):
@@ -74,15 +100,20 @@ def write_safetensors(path, entries, metadata):
             f.write(data)
 
 
-def quantized_copy(args, fmt, zero_mode, work):
+def quantized_copy(args, fmt, zero_mode, work, extra=()):
     """A copy of the checkpoint whose routed experts hold the format's dequantized values (F32)."""
     experts_file = work / "experts.safetensors"
-    dq = ["dequant", "--model", args.model, "--all-experts", "--format", fmt, "--out", experts_file]
+    dq = ["dequant", "--model", args.model, "--all-experts", "--format", fmt, "--out", experts_file, *extra]
     if zero_mode:
         dq += ["--zero-mode", zero_mode]
     if args.threads:
         dq += ["--threads", args.threads]
     moet(args.moet, *dq)
+    return swap_experts(args, experts_file, work)
+
+
+def swap_experts(args, experts_file, work):
+    """A copy of args.model in work/model whose tensors named in experts_file take its values."""
     experts = Safetensors(experts_file)
     out = work / "model"
     out.mkdir()
@@ -124,11 +155,11 @@ def kl_stats(ref_logits, logits):
 def evaluate(args, on_result=lambda results, timings: None):
     """Scores every format; on_result(results, timings) runs after each one (partial reports)."""
     results, timings, ref_logits, ref_greedy = [], {}, None, None
-    for label, fmt, zero_mode in FORMATS:
+    for label, fmt, zero_mode, extra in formats(args):
         start = time.time()
         with tempfile.TemporaryDirectory(dir=args.work) as tmp:
             work = pathlib.Path(tmp)
-            model = pathlib.Path(args.model) if fmt is None else quantized_copy(args, fmt, zero_mode, work)
+            model = pathlib.Path(args.model) if fmt is None else quantized_copy(args, fmt, zero_mode, work, extra)
             copied = time.time()
             logits_file = work / "logits.f32"
             score = json.loads(moet(args.moet, "score", "--model", model, "--experts", "native", "--device",
@@ -203,6 +234,9 @@ def main():
     parser.add_argument("--max-prompts", type=int, default=32)
     parser.add_argument("--threads", type=int, default=0, help="moet dequant threads (0 = one per core)")
     parser.add_argument("--work", default=None, help="folder for the quantized model copies (default: the system's temp)")
+    parser.add_argument("--imatrix", default=None, help="importance matrix (moet imatrix) for w2-opt and w2k-imatrix")
+    parser.add_argument("--formats", default="", help="comma-separated labels to run after bf16, or all "
+                                                         f"(default: {DEFAULT_FORMATS})")
     args = parser.parse_args()
     if args.work:
         os.makedirs(args.work, exist_ok=True)

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Issue #5 in one device command: train the `study` model (tools/train/train.py --size study,
 # DeepSeek-V3 architecture, 64 experts top-6, 8 layers) with a time limit, export it to
-# $STUDY_MODEL (hub format, checked by reloading it with transformers: --verify), then run the
-# quality harness (tools/quality/eval_quality.py) on it with moet on the GPU: the held-out text of
-# docs/quality.md (first 12,000 characters of the corpus test split), the 32 prompts of
-# tests/fixtures/quality_prompts.txt, 1024 scored tokens, 32 greedy tokens.
+# $STUDY_MODEL (hub format, checked by reloading it with transformers: --verify), measure its
+# importance matrix on the training split (issue 31: `moet imatrix` on the CPU, every 200th
+# training document up to 400,000 characters, as docs/quality.md does for models/tiny), then run
+# the quality harness (tools/quality/eval_quality.py --formats all --imatrix) on it with moet on
+# the GPU: the held-out text of docs/quality.md (first 12,000 characters of the corpus test
+# split), the 32 prompts of tests/fixtures/quality_prompts.txt, 1024 scored tokens, 32 greedy
+# tokens.
 #
 # Usage (repo root on the GPU machine, .gpu-carry/ from tools/gpu/pack.sh and data/corpus-study/
 # from tools/train/study_corpus.py carried):  bash tools/train/study_on_device.sh OUT_DIR
 #
-# OUT_DIR gets at most 8 files, each written as soon as its stage ends (a timeout keeps what is
+# OUT_DIR gets at most 9 files, each written as soon as its stage ends (a timeout keeps what is
 # done): study.log (everything printed), stages.json (seconds per stage), config.json,
-# train_metrics.json and loss.png (train.py's), quality.json / quality.md / quality.png (the
-# harness's, rewritten after every format).
+# train_metrics.json and loss.png (train.py's), study.imatrix, quality.json / quality.md /
+# quality.png (the harness's, rewritten after every format).
 #
 # Environment (defaults for the H200 run; the CPU smoke test overrides them):
 #   STUDY_TIME_LIMIT   seconds of training (train.py --time-limit)            330
@@ -147,11 +150,30 @@ PY
   du -sh "$MODEL"
 }
 
+imatrix() {  # on the CPU: `moet imatrix --device cuda` waits for its GPU test (docs/formats.md)
+  python3 - "$CORPUS/train.jsonl.xz" "$WORK/imatrix_text.txt" <<'PY'
+import json, lzma, sys
+docs, size = [], 0
+for i, line in enumerate(lzma.open(sys.argv[1], "rt")):
+    if i % 200 == 0:
+        docs.append(json.loads(line)["text"])
+        size += len(docs[-1])
+        if size > 400000:
+            break
+open(sys.argv[2], "w").write("\n\n".join(docs)[:400000])
+PY
+  "$MOET" --log-level warn imatrix --model "$MODEL" --device cpu --text-file "$WORK/imatrix_text.txt" \
+    --out "$OUT/study.imatrix"
+}
+
 quality() {
+  local weighted=()
+  [ -f "$OUT/study.imatrix" ] && weighted=(--imatrix "$OUT/study.imatrix")
   # shellcheck disable=SC2086
   python3 tools/quality/eval_quality.py --model "$MODEL" --text "$WORK/heldout.txt" \
     --prompts tests/fixtures/quality_prompts.txt --out "$OUT" --moet "$MOET" --device "$DEVICE" \
-    --max-tokens 1024 --greedy-tokens 32 --max-prompts "$MAX_PROMPTS" --work "$WORK/quality" ${STUDY_EVAL_ARGS:-}
+    --max-tokens 1024 --greedy-tokens 32 --max-prompts "$MAX_PROMPTS" --work "$WORK/quality" \
+    --formats all "${weighted[@]}" ${STUDY_EVAL_ARGS:-}
   local rc=$?
   cat "$OUT/quality.md" 2>/dev/null
   return "$rc"
@@ -161,6 +183,7 @@ status=0
 stage preflight preflight || { echo "preflight failed: not training"; exit 1; }
 stage heldout heldout || exit 1
 stage train train || { echo "no export: stopping"; exit 1; }
+stage imatrix imatrix || status=1
 stage quality quality || status=1
 rm -rf "$WORK"
 echo "=== done in $(elapsed "$T0") s; OUT_DIR:"

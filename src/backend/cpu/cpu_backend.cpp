@@ -28,6 +28,11 @@
 namespace moet {
 namespace {
 
+// dst[d] += w * src[d]: the MoE combine of one item.
+void add_weighted(float* dst, const float* src, float w, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) dst[d] += w * src[d];
+}
+
 Tensor host_tensor(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
@@ -290,6 +295,8 @@ class CpuBackend final : public Backend, public BenchOps {
                    Tensor& out, bool accumulate) override;
   ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) override;
   void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
+  void expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> in_rows,
+                             std::span<uint8_t* const> out_rows) override;
   void expert_set_update(ExpertSet& set, std::span<const int64_t> experts,
                          std::span<const ExpertWeights> weights) override;
   void expert_set_add_tier(ExpertSet& set, ExpertFormat tier) override {
@@ -417,7 +424,7 @@ ExpertSet CpuBackend::expert_set(const ExpertLayout& layout, std::vector<ExpertW
 void CpuBackend::expert_matmul(const Tensor& x, ExpertFormat format, const Tensor& w, const Tensor& scales,
                                Tensor& y) {
   if (format == ExpertFormat::dense) return matmul(x, w, nullptr, y);
-  auto run = format == ExpertFormat::w2 ? matmul_w2 : matmul_fp4;
+  auto run = format == ExpertFormat::w2 ? matmul_w2 : format == ExpertFormat::w2k ? matmul_w2k : matmul_fp4;
   run(x.as<float>(), x.rows(), x.cols(), w.as<uint8_t>(), scales.as<uint8_t>(), w.dim(0), y.as<float>(), pool_, isa_);
 }
 
@@ -427,18 +434,21 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
   const std::vector<ExpertWeights>& experts = set.experts;
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   // Flat items (row * top_k + slot) per expert; ids outside the layer run nothing, absent experts
-  // are recorded (each once) and run nothing.
+  // are recorded (each once) and run nothing, host entries are served by set.host (recorded as
+  // used, their routings as not found on the backend).
   std::vector<std::vector<int64_t>> routed(experts.size());
   const ExpertTracking& track = set.tracking;
+  bool any_host = false;
   for (int64_t i = 0; i < rows * top_k; ++i) {
     const int32_t e = expert_ids.as<int32_t>()[i];
     if (e < 0 || size_t(e) >= experts.size()) continue;
     const ExpertWeights& expert = experts[size_t(e)];
-    const bool present = expert.present();
-    if (present) routed[size_t(e)].push_back(i);
+    const bool present = expert.present(), host = !present && expert.host && set.host.server;
+    if (present || host) routed[size_t(e)].push_back(i);
+    any_host = any_host || host;
     if (!track.used_bits) continue;
     const uint32_t bit = 1u << (e % 32);
-    if (present) {
+    if (present || host) {
       track.used_bits[e / 32] |= bit;
     } else if (!(track.absent_bits[e / 32] & bit)) {
       track.absent_bits[e / 32] |= bit;
@@ -446,15 +456,33 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
     }
     ++track.routed_items[!present ? 1 : expert.format == set.layout.format ? 0 : 2];
   }
+  // The host's results for its items (valid[item] = 1 where it computed them).
+  Tensor host_results, host_valid;
+  if (any_host) {
+    host_results = alloc({rows * top_k, hidden});
+    host_valid = alloc({rows * top_k}, DType::i32);
+    set.host.server->serve(set.host.layer, x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(), rows, top_k,
+                           host_results.as<float>(), host_valid.as<int32_t>());
+  }
   if (!accumulate) std::memset(out.data, 0, out.bytes());
-  // The layer's own format's experts in ascending order, then the tier's (the CUDA op's order).
+  // The layer's own format's experts (and host entries) in ascending order, then the tier's (the
+  // CUDA op's order).
   std::vector<size_t> order;
   for (const bool tier : {false, true})
     for (size_t e = 0; e < experts.size(); ++e)
-      if (!routed[e].empty() && (experts[e].format != set.layout.format) == tier) order.push_back(e);
+      if (!routed[e].empty() && (experts[e].present() && experts[e].format != set.layout.format) == tier)
+        order.push_back(e);
   for (const size_t e : order) {
     const auto& items = routed[e];
     const int64_t count = int64_t(items.size());
+    if (!experts[e].present()) {  // served by the host
+      for (const int64_t item : items) {
+        if (!host_valid.as<int32_t>()[item]) continue;
+        add_weighted(out.as<float>() + (item / top_k) * hidden, host_results.as<float>() + item * hidden,
+                     weights.as<float>()[item], hidden);
+      }
+      continue;
+    }
     const int64_t inner = experts[e].inner();
     Tensor gathered = alloc({count, hidden}), gate_up = alloc({count, 2 * inner});
     Tensor act = alloc({count, inner}), result = alloc({count, hidden});
@@ -464,23 +492,19 @@ void CpuBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor
     expert_matmul(gathered, experts[e].format, experts[e].gate_up, experts[e].gate_up_scales, gate_up);
     moet::silu_mul(gate_up.as<float>(), count, inner, act.as<float>(), set.layout.swiglu_limit);
     expert_matmul(act, experts[e].format, experts[e].down, experts[e].down_scales, result);
-    for (int64_t j = 0; j < count; ++j) {
-      const float w = weights.as<float>()[items[size_t(j)]];
-      float* dst = out.as<float>() + (items[size_t(j)] / top_k) * hidden;
-      const float* src = result.as<float>() + j * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
-    }
+    for (int64_t j = 0; j < count; ++j)
+      add_weighted(out.as<float>() + (items[size_t(j)] / top_k) * hidden, result.as<float>() + j * hidden,
+                   weights.as<float>()[items[size_t(j)]], hidden);
   }
 }
 
 // A slot is one host row, the four planes views into it (the CPU kernels read the pack layout).
 ExpertSlots CpuBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
-  MOET_CHECK(layout.format == ExpertFormat::w2 || layout.format == ExpertFormat::fp4,
-             "expert slots hold W2 or FP4 experts");
+  MOET_CHECK(layout.format != ExpertFormat::dense, "expert slots hold W2, W2K or FP4 experts");
   MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
   const uint64_t stride = (row.bytes + 63) / 64 * 64;
   std::shared_ptr<uint8_t> memory = alloc_pinned(size_t(stride * uint64_t(count)));
-  const int64_t bits = layout.format == ExpertFormat::w2 ? 2 : 4, hidden = layout.hidden, inner = layout.inner;
+  const int64_t bits = expert_format_bits(layout.format), hidden = layout.hidden, inner = layout.inner;
   ExpertSlots slots{layout, row, {}, memory};
   for (int64_t i = 0; i < count; ++i) {
     uint8_t* base = memory.get() + uint64_t(i) * stride;
@@ -502,6 +526,22 @@ void CpuBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t> 
     for (size_t i = begin; i < end; ++i) {
       uint8_t* base = static_cast<uint8_t*>(slots.weights[size_t(ids[i])].gate_up.data) - slots.row.codes13;
       std::memcpy(base, rows[i], slots.row.bytes);
+    }
+  }, 1);
+}
+
+// The slot's row back to the host, then the new row into it (one slot at a time: the rows differ).
+void CpuBackend::expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids,
+                                       std::span<const uint8_t* const> in_rows, std::span<uint8_t* const> out_rows) {
+  MOET_CHECK(ids.size() == in_rows.size() && ids.size() == out_rows.size(),
+             "expert_slots_exchange: {} slots for {} rows in and {} out", ids.size(), in_rows.size(), out_rows.size());
+  for (int64_t id : ids)
+    MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+  pool_.parallel_for(ids.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      uint8_t* base = static_cast<uint8_t*>(slots.weights[size_t(ids[i])].gate_up.data) - slots.row.codes13;
+      std::memcpy(out_rows[i], base, slots.row.bytes);
+      std::memcpy(base, in_rows[i], slots.row.bytes);
     }
   }, 1);
 }

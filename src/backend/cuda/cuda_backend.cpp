@@ -54,6 +54,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : memory_(budget_for
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&copy_done_, cudaEventDisableTiming), "cudaEventCreate");
+  for (cudaEvent_t& event : scratch_free_)
+    cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
   for (PinnedBuffer* buffer : {&staging_[0], &staging_[1], &step_staging_, &prefill_staging_}) {
     cuda_check(cudaEventCreateWithFlags(&buffer->done, cudaEventDisableTiming), "cudaEventCreate");
   }
@@ -82,7 +84,13 @@ CudaBackend::~CudaBackend() {
   if (gate_host_) cudaFreeHost(gate_host_);
   cudaStreamSynchronize(copy_stream_);
   cudaEventDestroy(copy_done_);
+  for (cudaEvent_t event : scratch_free_) cudaEventDestroy(event);
   cudaStreamDestroy(copy_stream_);
+  if (writeback_stream_) {
+    cudaStreamSynchronize(writeback_stream_);
+    cudaEventDestroy(writeback_ready_);
+    cudaStreamDestroy(writeback_stream_);
+  }
   cudaStreamDestroy(stream_);
 }
 

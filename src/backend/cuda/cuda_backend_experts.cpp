@@ -24,7 +24,7 @@ using namespace moet::cuda;
 
 namespace {
 
-// Rows of a W2 slot pool loaded (and converted) per batched copy: the scratch holds this many.
+// Rows of a W2 slot pool loaded (and converted) per batched copy: the scratch holds two batches.
 constexpr int64_t kSlotLoadBatch = 16;
 
 }  // namespace
@@ -60,15 +60,16 @@ size_t CudaBackend::device_expert_bytes(const ExpertLayout& layout) {
   const int64_t hidden = layout.hidden, inner = layout.inner;
   if (layout.format == ExpertFormat::w2)
     return w2_tile_shape(2 * inner, hidden).bytes() + w2_tile_shape(hidden, inner).bytes();
-  const int64_t code_bits = layout.format == ExpertFormat::fp4 ? 4 : 0;
-  MOET_CHECK(code_bits > 0, "expert slots hold W2 or FP4 experts");
+  MOET_CHECK(layout.format != ExpertFormat::dense, "expert slots hold W2, W2K or FP4 experts");
+  const int64_t code_bits = expert_format_bits(layout.format);
   const int64_t codes = 3 * hidden * inner * code_bits / 8, scales = 3 * hidden * inner / 32;
   return size_t(codes + scales);
 }
 
 ExpertPointers CudaBackend::table_entry(const ExpertSet& set, const ExpertWeights& e, ExpertFormat format) {
   const ExpertWeights* source = &e;
-  const int32_t presence = !e.present() ? kAbsent : e.format == format ? kPresent : kServedElsewhere;
+  const int32_t presence =
+      !e.present() ? (e.host ? kHostComputed : kAbsent) : e.format == format ? kPresent : kServedElsewhere;
   if (presence != kPresent) {
     const ExpertLayout l{format, set.layout.hidden, set.layout.inner};
     const auto key = std::make_tuple(int(l.format), int(set.dense_dtype), l.hidden, l.inner);
@@ -103,7 +104,8 @@ void CudaBackend::write_tables(const ExpertSet& set) {
   pointers.clear();
   for (const ExpertWeights& e : set.experts) {
     ExpertPointers p = table_entry(set, e, set.tier_format);
-    if (p.present == kAbsent) p.present = kServedElsewhere;  // the first table's pass records misses
+    // The first table's pass records misses and adds the host's results.
+    if (p.present == kAbsent || p.present == kHostComputed) p.present = kServedElsewhere;
     pointers.push_back(p);
   }
   copy_to_device(set.tier_table.data, pointers.data(), pointers.size() * sizeof(ExpertPointers));
@@ -151,11 +153,12 @@ void CudaBackend::expert_set_add_tier(ExpertSet& set, ExpertFormat tier) {
 }
 
 // Slots of the device layout side by side, then the scratch that raw rows land in before their
-// conversion (W2 only; FP4 rows are copied into their slots as they are).
+// conversion (W2 only, two batches of rows; FP4 and W2K rows are copied into their slots as they are).
 ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) {
   MOET_CHECK(count > 0, "an expert slot pool needs slots (got {})", count);
   const size_t slot = (device_expert_bytes(layout) + 255) / 256 * 256;
-  const size_t scratch = layout.format == ExpertFormat::w2 ? size_t(kSlotLoadBatch) * ((row.bytes + 255) / 256 * 256) : 0;
+  const size_t row_stride = (row.bytes + 255) / 256 * 256;
+  const size_t scratch = layout.format == ExpertFormat::w2 ? 2 * size_t(kSlotLoadBatch) * row_stride : 0;
   Tensor memory = device_tensor(DType::u8, {int64_t(slot * size_t(count) + scratch)});
   ExpertSlots slots{layout, row, {}, memory.storage};
   const int64_t hidden = layout.hidden, inner = layout.inner;
@@ -167,13 +170,14 @@ ExpertSlots CudaBackend::alloc_expert_slots(const ExpertLayout& layout, const Ex
       std::tie(w.gate_up, w.gate_up_scales) = w2_tiled_views(memory.storage, base, 2 * inner, hidden);
       std::tie(w.down, w.down_scales) =
           w2_tiled_views(memory.storage, base + w2_tile_shape(2 * inner, hidden).bytes(), hidden, inner);
-    } else {  // FP4: the row's four planes in the row's order
+    } else {  // FP4, W2K: the row's four planes in the row's order
       const auto plane = [&](uint64_t offset, std::vector<int64_t> shape) {
         return Tensor{DType::u8, std::move(shape), memory.storage, base + offset};
       };
-      w.gate_up = plane(row.codes13, {2 * inner, hidden / 2});
+      const int64_t bits = expert_format_bits(layout.format);
+      w.gate_up = plane(row.codes13, {2 * inner, hidden * bits / 8});
       w.gate_up_scales = plane(row.scales13, {2 * inner, hidden / 32});
-      w.down = plane(row.codes2, {hidden, inner / 2});
+      w.down = plane(row.codes2, {hidden, inner * bits / 8});
       w.down_scales = plane(row.scales2, {hidden, inner / 32});
     }
     slots.weights.push_back(std::move(w));
@@ -199,19 +203,24 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
   // with what it held.
   cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
   cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+  // W2 rows land in the two halves of the scratch by turns: a batch's copy runs while the batch
+  // before it converts, and waits only for the conversions of the batch that used its half last.
   const size_t batch = w2 ? size_t(kSlotLoadBatch) : ids.size();
-  for (size_t first = 0; first < ids.size(); first += batch) {
+  for (size_t first = 0, turn = 0; first < ids.size(); first += batch, turn ^= 1) {
     const size_t n = std::min(batch, ids.size() - first);
+    uint8_t* half = scratch + turn * batch * row_stride;
+    if (w2 && first >= 2 * batch)
+      cuda_check(cudaStreamWaitEvent(copy_stream_, scratch_free_[turn]), "cudaStreamWaitEvent");
     std::vector<void*> dsts(n);
     for (size_t i = 0; i < n; ++i)
-      dsts[i] = w2 ? scratch + i * row_stride
+      dsts[i] = w2 ? half + i * row_stride
                    : static_cast<uint8_t*>(slots.weights[size_t(ids[first + i])].gate_up.data) - r.codes13;
     copy_rows(dsts, rows.subspan(first, n), r.bytes);
     cuda_check(cudaEventRecord(copy_done_, copy_stream_), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream_, copy_done_), "cudaStreamWaitEvent");
     if (!w2) continue;
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t* raw = scratch + i * row_stride;
+      const uint8_t* raw = half + i * row_stride;
       const ExpertWeights& dst = slots.weights[size_t(ids[first + i])];
       w2_tile_launch(raw + r.codes13, raw + r.scales13, 2 * l.inner, l.hidden, true,
                      static_cast<uint8_t*>(dst.gate_up.data), bad_scale_.as<int32_t>(), stream_);
@@ -219,12 +228,60 @@ void CudaBackend::expert_slots_load(ExpertSlots& slots, std::span<const int64_t>
                      static_cast<uint8_t*>(dst.down.data), bad_scale_.as<int32_t>(), stream_);
       check_launch("w2_tile");
     }
-    // The next batch's copy reuses the scratch: it waits for these conversions.
-    cuda_check(cudaEventRecord(copy_done_, stream_), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(copy_stream_, copy_done_), "cudaStreamWaitEvent");
+    cuda_check(cudaEventRecord(scratch_free_[turn], stream_), "cudaEventRecord");
   }
   // The rows have been read once the copies are done: the caller may reuse their memory.
   cuda_check(cudaStreamSynchronize(copy_stream_), "waiting for the expert copies");
+}
+
+// Per batch of kSlotLoadBatch: the victims back into their row layout in the writeback scratch on
+// the compute stream (after every step that reads them: W2 untiled, FP4 copied), then their
+// device-to-host copies on the writeback stream while expert_slots_load() brings the new rows in
+// on the copy stream (which also waits for the compute stream): both PCIe directions at once.
+void CudaBackend::expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids,
+                                        std::span<const uint8_t* const> in_rows, std::span<uint8_t* const> out_rows) {
+  MOET_CHECK(ids.size() == in_rows.size() && ids.size() == out_rows.size(),
+             "expert_slots_exchange: {} slots for {} rows in and {} out", ids.size(), in_rows.size(), out_rows.size());
+  for (int64_t id : ids)
+    MOET_CHECK(id >= 0 && id < slots.count(), "expert slot {} outside the pool of {}", id, slots.count());
+  const ExpertLayout& l = slots.layout;
+  const ExpertRowLayout& r = slots.row;
+  const size_t row_stride = (r.bytes + 255) / 256 * 256;
+  if (writeback_stream_ == nullptr) {
+    cuda_check(cudaStreamCreateWithFlags(&writeback_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&writeback_ready_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  if (writeback_scratch_.bytes() < size_t(kSlotLoadBatch) * row_stride)
+    writeback_scratch_ = device_tensor(DType::u8, {int64_t(size_t(kSlotLoadBatch) * row_stride)});
+  uint8_t* scratch = writeback_scratch_.as<uint8_t>();
+  for (size_t first = 0; first < ids.size(); first += size_t(kSlotLoadBatch)) {
+    const size_t n = std::min(size_t(kSlotLoadBatch), ids.size() - first);
+    // The previous batch's copies out of the scratch are done before it is rewritten.
+    cuda_check(cudaStreamSynchronize(writeback_stream_), "waiting for expert write-backs");
+    for (size_t i = 0; i < n; ++i) {
+      const ExpertWeights& w = slots.weights[size_t(ids[first + i])];
+      uint8_t* row = scratch + i * row_stride;
+      if (l.format == ExpertFormat::w2) {
+        w2_untile_launch(static_cast<const uint8_t*>(w.gate_up.data), 2 * l.inner, l.hidden, true, row + r.codes13,
+                         row + r.scales13, stream_);
+        w2_untile_launch(static_cast<const uint8_t*>(w.down.data), l.hidden, l.inner, false, row + r.codes2,
+                         row + r.scales2, stream_);
+        check_launch("w2_untile");
+      } else {
+        cuda_check(cudaMemcpyAsync(row, static_cast<const uint8_t*>(w.gate_up.data) - r.codes13, r.bytes,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "copying an evicted expert");
+      }
+    }
+    cuda_check(cudaEventRecord(writeback_ready_, stream_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(writeback_stream_, writeback_ready_), "cudaStreamWaitEvent");
+    for (size_t i = 0; i < n; ++i)
+      cuda_check(cudaMemcpyAsync(out_rows[first + i], scratch + i * row_stride, r.bytes, cudaMemcpyDeviceToHost,
+                                 writeback_stream_),
+                 "writing an evicted expert back to the host");
+    expert_slots_load(slots, ids.subspan(first, n), in_rows.subspan(first, n));
+  }
+  cuda_check(cudaStreamSynchronize(writeback_stream_), "waiting for expert write-backs");
 }
 
 void CudaBackend::copy_rows(std::span<void* const> dsts, std::span<const uint8_t* const> rows, uint64_t bytes) {
@@ -277,11 +334,23 @@ void CudaBackend::expert_slots_wait(const ExpertLoadFence& fence) {
     cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(fence.event.get())), "waiting for an expert copy");
 }
 
+// Mapped as well, so that the device can read and write it directly (host experts' mailboxes).
 std::shared_ptr<uint8_t> CudaBackend::alloc_pinned(size_t bytes) {
   void* memory = nullptr;
   const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable), "allocating page-locked host memory");
+  cuda_check(cudaHostAlloc(&memory, size, cudaHostAllocPortable | cudaHostAllocMapped),
+             "allocating page-locked host memory");
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
+}
+
+void* CudaBackend::mapped_pointer(const void* host) {
+  auto it = mapped_.find(host);
+  if (it == mapped_.end()) {
+    void* device = nullptr;
+    cuda_check(cudaHostGetDevicePointer(&device, const_cast<void*>(host), 0), "cudaHostGetDevicePointer");
+    it = mapped_.emplace(host, device).first;
+  }
+  return it->second;
 }
 
 void CudaBackend::fill_zero(Tensor& t) {

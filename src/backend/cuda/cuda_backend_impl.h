@@ -71,6 +71,9 @@ class CudaBackend final : public Backend, public BenchOps {
                          std::span<const ExpertWeights> weights) override;
   ExpertSlots alloc_expert_slots(const ExpertLayout& layout, const ExpertRowLayout& row, int64_t count) override;
   void expert_slots_load(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> rows) override;
+  void expert_slots_exchange(ExpertSlots& slots, std::span<const int64_t> ids, std::span<const uint8_t* const> in_rows,
+                             std::span<uint8_t* const> out_rows) override;
+  bool host_experts_by_mailbox() const override { return true; }
   ExpertLoadFence expert_slots_load_async(ExpertSlots& slots, std::span<const int64_t> ids,
                                           std::span<const uint8_t* const> rows) override;
   bool expert_slots_ready(const ExpertLoadFence& fence) override;
@@ -172,10 +175,15 @@ class CudaBackend final : public Backend, public BenchOps {
   static std::pair<cuda::HeadSet, cuda::HeadSet> prologue_sets(const RopeTable& table, Tensor& q, int64_t q_heads,
                                                                Tensor& k, int64_t k_heads, int64_t head_dim,
                                                                const Tensor& q_norm, const Tensor& k_norm);
-  // One run of the MoE op over `table`, whose present entries are of `format`.
+  // One run of the MoE op over `table`, whose present entries are of `format`; `host`: the
+  // layer's host entries, served through their mailbox (null: none in this pass).
   void moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat format, const Tensor& table,
                 const Tensor& expert_ids, const Tensor& weights, Tensor& out, bool accumulate,
-                const ExpertTracking& tracking);
+                const ExpertTracking& tracking, const HostMailbox* host);
+  // The products, then per mailbox-sized range of rows: publish, wait for the host, combine.
+  void moe_with_host(const cuda::MoeArgs& args, const HostMailbox& mailbox);
+  // The device address of mapped page-locked memory (alloc_pinned()), looked up once per pointer.
+  void* mapped_pointer(const void* host);
   static bool is_bf16(const Tensor& t);
   // The GEMV weight type of a matmul weight (BF16, F32 or FP8-block with its scales).
   static cuda::GemvWeights gemv_weights(const Tensor& w);
@@ -266,6 +274,13 @@ class CudaBackend final : public Backend, public BenchOps {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // expert fetches (expert_slots_load)
   cudaEvent_t copy_done_ = nullptr;
+  cudaEvent_t scratch_free_[2] = {};  // W2 fetches: each half of the slot scratch converted
+  // Exclusive tiering (expert_slots_exchange): evicted rows go to the host on their own stream,
+  // beside the fetches' copies, from a device scratch of kSlotLoadBatch rows (made on first use).
+  cudaStream_t writeback_stream_ = nullptr;
+  cudaEvent_t writeback_ready_ = nullptr;
+  Tensor writeback_scratch_;
+  std::map<const void*, void*> mapped_;  // mapped_pointer()'s answers
   Tensor bad_scale_;                    // W2 conversions: 1 when a scale byte was >= 253
   // Stand-in experts for absent table entries, per (format, dtype, hidden, inner).
   std::map<std::tuple<int, int, int64_t, int64_t>, ExpertWeights> stand_ins_;

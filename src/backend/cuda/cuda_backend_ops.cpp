@@ -13,6 +13,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/head_norm_rope.h"
+#include "kernels/cuda/host_mailbox.h"
 #include "kernels/cuda/logit_confidence.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_w2.h"
@@ -268,13 +269,45 @@ void CudaBackend::router(const RouterParams& p, const Tensor& logits, Tensor& ex
 // first pass (accumulate), recording nothing more.
 void CudaBackend::moe_experts(const Tensor& x, const ExpertSet& set, const Tensor& expert_ids, const Tensor& weights,
                               Tensor& out, bool accumulate) {
-  moe_pass(x, set, set.layout.format, set.table, expert_ids, weights, out, accumulate, set.tracking);
-  if (set.has_tier()) moe_pass(x, set, set.tier_format, set.tier_table, expert_ids, weights, out, true, {});
+  // Host entries are of the layer's own format's pass (the tier's table marks them served elsewhere).
+  const HostMailbox* host = set.host.server ? &set.host.mailbox : nullptr;
+  MOET_CHECK(!host || host->x, "moe_experts: a layer with host experts has no mailbox");
+  moe_pass(x, set, set.layout.format, set.table, expert_ids, weights, out, accumulate, set.tracking, host);
+  if (set.has_tier()) moe_pass(x, set, set.tier_format, set.tier_table, expert_ids, weights, out, true, {}, nullptr);
+}
+
+void CudaBackend::moe_with_host(const MoeArgs& args, const HostMailbox& mailbox) {
+  // How long the device waits for the host before giving up (the host then reports the error).
+  constexpr uint64_t kHostTimeoutNs = uint64_t(10) * 1000 * 1000 * 1000;
+  const auto mapped = [&](auto* host) { return static_cast<decltype(host)>(mapped_pointer(host)); };
+  const MailboxDevice device{mapped(mailbox.x), mapped(mailbox.ids), mapped(mailbox.weights), mapped(mailbox.rows),
+                             mapped(mailbox.ready)};
+  uint32_t* done = mapped(mailbox.done);
+  const int64_t rows = args.rows, top_k = args.top_k, hidden = args.hidden, step = mailbox.max_rows;
+  // The host computes the first range while the device runs the present experts.
+  mailbox_publish_launch(device, args.x, args.expert_ids, args.weights, std::min(rows, step), top_k, hidden, stream_);
+  moe_launch_products(args, stream_);
+  for (int64_t first = 0; first < rows; first += step) {
+    const int64_t n = std::min(step, rows - first);
+    if (first > 0)
+      mailbox_publish_launch(device, args.x + first * hidden, args.expert_ids + first * top_k,
+                             args.weights + first * top_k, n, top_k, hidden, stream_);
+    mailbox_wait_launch(done, kHostTimeoutNs, stream_);
+    MoeArgs part = args;  // the range's rows: the combine indexes rows and items from its pointers
+    part.rows = n;
+    part.expert_ids += first * top_k;
+    part.weights += first * top_k;
+    part.item_out += first * top_k * hidden;
+    part.out += first * hidden;
+    part.host_results = mapped(mailbox.results);
+    part.host_valid = mapped(mailbox.valid);
+    moe_launch_combine(part, stream_);
+  }
 }
 
 void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat format, const Tensor& table,
                            const Tensor& expert_ids, const Tensor& weights, Tensor& out, bool accumulate,
-                           const ExpertTracking& tracking) {
+                           const ExpertTracking& tracking, const HostMailbox* host) {
   const int64_t rows = x.rows(), hidden = x.cols(), top_k = expert_ids.cols();
   const ExpertLayout& layout = set.layout;
   const int64_t experts = int64_t(set.experts.size()), inner = layout.inner;
@@ -297,7 +330,8 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
   MoeArgs args{x.as<float>(), expert_ids.as<int32_t>(), weights.as<float>(),
                      static_cast<const ExpertPointers*>(table.data),
                      format == ExpertFormat::dense && set.dense_dtype == DType::bf16,
-                     w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4 : kMoeDense,
+                     w2 ? kMoeW2 : format == ExpertFormat::fp4 ? kMoeFp4
+                                 : format == ExpertFormat::w2k ? kMoeW2k : kMoeDense,
                      rows, top_k, experts, hidden, inner, order.as<int32_t>(), active.as<int32_t>(),
                      ranges.as<int32_t>(), count.as<int32_t>(), w2 ? nullptr : act.as<float>(), item_out.as<float>(),
                      out.as<float>(), accumulate, tracking.absent_bits, tracking.used_bits,
@@ -305,9 +339,13 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
                      static_cast<uint16_t*>(act_split.data),
                      hidden_padded, inner_padded, static_cast<W2Pass*>(passes.data),
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
-                     w2_scratch.tile_counters, w2_scratch.pass_items};
+                     w2_scratch.tile_counters, w2_scratch.pass_items, nullptr, nullptr};
   args.swiglu_limit = set.layout.swiglu_limit;
-  moe_launch(args, stream_);
+  if (host) {
+    moe_with_host(args, *host);
+  } else {
+    moe_launch(args, stream_);
+  }
   check_launch("moe_experts");
 }
 

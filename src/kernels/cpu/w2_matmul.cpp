@@ -61,6 +61,10 @@ float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64
   return isa == CpuIsa::avx2 ? avx2::dot_fp4(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
 }
 
+float dot_w2k(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
+  return isa == CpuIsa::avx2 ? avx2::dot_w2k(x, codes, scales, k) : scalar::dot_w2k(x, codes, scales, k);
+}
+
 void matmul_w2(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
                int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
   matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
@@ -71,6 +75,14 @@ void matmul_fp4(const float* x, int64_t rows, int64_t k, const uint8_t* codes, c
                 int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
   matmul_columns(x, rows, k, k / 2, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
                                                                      int64_t len) { return dot_fp4(a, c, s, len, isa); });
+}
+
+void matmul_w2k(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
+                int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
+  const auto dot = [isa](const float* a, const uint8_t* c, const uint8_t* s, int64_t len) {
+    return dot_w2k(a, c, s, len, isa);
+  };
+  matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, dot);
 }
 
 }  // namespace moet

@@ -81,9 +81,12 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(MoeArgs a, bool v
 
 // out[row] = sum over the row's items in ascending expert order of weight * y_item (an expert
 // named twice in a row counts once, its first slot; an invalid, absent or elsewhere served one not at all), or
-// out[row] += it (accumulate). Blocks of column 0 record the row's experts in the tracking bits. Warp 0 ranks the row's slots (a counted
-// slot's rank: the counted slots with smaller experts) into `order`; then every thread requests
-// its column of all the items at once and adds them in rank order. Shared memory: 3 * top_k ints.
+// out[row] += it (accumulate); y_item of a host entry is host_results[item], where host_valid says
+// the host computed it. Blocks of column 0 record the row's experts in the tracking bits. Warp 0
+// ranks the row's slots (a counted slot's rank: the counted slots with smaller experts) into
+// `order` (a host item as -1 - item);
+// then every thread requests its column of all the items at once and adds them in rank order.
+// Shared memory: 3 * top_k ints.
 __global__ void moe_combine_kernel(MoeArgs a) {
   extern __shared__ int32_t combine_shared[];
   __shared__ int32_t counted;
@@ -103,7 +106,8 @@ __global__ void moe_combine_kernel(MoeArgs a) {
       bool first = e >= 0 && e < a.experts;
       for (int t = 0; t < s && first; ++t) first = ids[t] != e;
       const int32_t presence = first ? a.table[e].present : kAbsent;
-      const bool present = first && presence == kPresent;
+      const bool host = presence == kHostComputed && a.host_valid && a.host_valid[row * top_k + s];
+      const bool present = first && (presence == kPresent || host);
       if (first && blockIdx.x == 0 && a.used_bits) {
         const uint32_t bit = 1u << (e % 32);
         if (presence != kAbsent) {
@@ -111,9 +115,10 @@ __global__ void moe_combine_kernel(MoeArgs a) {
         } else if (!(atomicOr(a.absent_bits + e / 32, bit) & bit)) {
           atomicAdd(a.miss_count, 1);
         }
-        atomicAdd(a.routed_items + (presence == kPresent ? 0 : presence == kAbsent ? 1 : 2), 1);
+        const int which = presence == kPresent ? 0 : presence == kServedElsewhere ? 2 : 1;
+        atomicAdd(a.routed_items + which, 1);
       }
-      counts[s] = present;
+      counts[s] = present ? (host ? 2 : 1) : 0;
     }
     __syncwarp();
     int n = 0;
@@ -121,7 +126,8 @@ __global__ void moe_combine_kernel(MoeArgs a) {
       if (!counts[s]) continue;
       int rank = 0;
       for (int t = 0; t < top_k; ++t) rank += counts[t] && ids[t] < ids[s];
-      order[rank] = int32_t(row * top_k + s);
+      const int32_t item = int32_t(row * top_k + s);
+      order[rank] = counts[s] == 2 ? -1 - item : item;
       ++n;
     }
     n = int(__reduce_add_sync(0xffffffffu, unsigned(n)));
@@ -135,11 +141,17 @@ __global__ void moe_combine_kernel(MoeArgs a) {
   for (int first = 0; first < counted; first += kBatch) {
     float y[kBatch];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (first + i < counted) y[i] = a.item_out[int64_t(order[first + i]) * a.hidden + d];
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i >= counted) continue;
+      const int32_t item = order[first + i];
+      y[i] = item >= 0 ? a.item_out[int64_t(item) * a.hidden + d] : a.host_results[int64_t(-1 - item) * a.hidden + d];
+    }
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (first + i < counted) sum += a.weights[order[first + i]] * y[i];
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i >= counted) continue;
+      const int32_t item = order[first + i];
+      sum += a.weights[item >= 0 ? item : -1 - item] * y[i];
+    }
   }
   a.out[row * a.hidden + d] = sum;
 }
@@ -157,11 +169,12 @@ void moe_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
                                               dim3(kWarps * 32), 0, 1, stream, a, vec_down);
 }
 
-// MXFP4 on CUDA cores (quant_core.cuh). Warp w of block (x, a) computes act columns
-// j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a from four weight rows (gate
+// MXFP4 and W2K on CUDA cores (quant_core.cuh; Codes: Mxfp4Codes or W2kCodes). Warp w of block
+// (x, a) computes act columns j0 = 2 * (blockIdx.x * kWarps + w) and j0 + 1 of active expert a
+// from four weight rows (gate
 // j0, gate j0 + 1, up j0, up j0 + 1), R rows of activations per pass; inner is even (a multiple
 // of 32).
-template <int kBits, int R>
+template <typename Codes, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs a) {
   pdl_trigger();
   pdl_wait();  // the grouping comes from moe_group_kernel
@@ -171,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 2;
   if (j0 >= a.inner) return;
   const ExpertPointers e = a.table[a.active[slot]];
-  const int64_t row_bytes = a.hidden * kBits / 8, row_scales = a.hidden / 32;
+  const int64_t row_bytes = a.hidden * Codes::kBits / 8, row_scales = a.hidden / 32;
   const auto* codes = static_cast<const uint8_t*>(e.gate_up);
   const int64_t w_rows[4] = {j0, j0 + 1, a.inner + j0, a.inner + j0 + 1};
   const uint8_t* c[4];
@@ -188,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 #pragma unroll
     for (int r = 0; r < R; ++r) x[r] = a.x + (a.order[p0 + min(r, rows - 1)] / a.top_k) * a.hidden;
     float acc[R][4];
-    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.hidden), acc);
+    quant_warp_dot<Codes, 4, R>(x, rows, c, s, int(a.hidden), acc);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -201,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_gate_up_kernel(MoeArgs 
 
 // Warp w of block (x, a) computes output columns 4 * (blockIdx.x * kWarps + w) + {0..3} (hidden
 // is a multiple of 32).
-template <int kBits, int R>
+template <typename Codes, int R>
 __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) {
   pdl_trigger();
   pdl_wait();  // act comes from the gate_up kernel
@@ -211,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * 4;
   if (n0 >= a.hidden) return;
   const ExpertPointers e = a.table[a.active[slot]];
-  const int64_t row_bytes = a.inner * kBits / 8, row_scales = a.inner / 32;
+  const int64_t row_bytes = a.inner * Codes::kBits / 8, row_scales = a.inner / 32;
   const auto* codes = static_cast<const uint8_t*>(e.down);
   const uint8_t* c[4];
   const uint8_t* s[4];
@@ -227,7 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
 #pragma unroll
     for (int r = 0; r < R; ++r) x[r] = a.act + int64_t(p0 + min(r, rows - 1)) * a.inner;
     float acc[R][4];
-    quant_warp_dot<kBits, 4, R>(x, rows, c, s, int(a.inner), acc);
+    quant_warp_dot<Codes, 4, R>(x, rows, c, s, int(a.inner), acc);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -236,21 +249,21 @@ __global__ void __launch_bounds__(kWarps * 32) moe_quant_down_kernel(MoeArgs a) 
   }
 }
 
-template <int kBits, int R>
+template <typename Codes, int R>
 void moe_quant_products_rows(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
-  launch_dependent_kernel<moe_quant_gate_up_kernel<kBits, R>>(
+  launch_dependent_kernel<moe_quant_gate_up_kernel<Codes, R>>(
       dim3(unsigned((a.inner + 2 * kWarps - 1) / (2 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
-  launch_dependent_kernel<moe_quant_down_kernel<kBits, R>>(
+  launch_dependent_kernel<moe_quant_down_kernel<Codes, R>>(
       dim3(unsigned((a.hidden + 4 * kWarps - 1) / (4 * kWarps)), max_active), dim3(kWarps * 32), 0, 1, stream, a);
 }
 
-template <int kBits>
+template <typename Codes>
 void moe_quant_products(const MoeArgs& a, unsigned max_active, cudaStream_t stream) {
   switch (moe_quant_rows_per_pass(a.rows, a.top_k, a.experts)) {
-    case 1: moe_quant_products_rows<kBits, 1>(a, max_active, stream); break;
-    case 2: moe_quant_products_rows<kBits, 2>(a, max_active, stream); break;
-    case 4: moe_quant_products_rows<kBits, 4>(a, max_active, stream); break;
-    default: moe_quant_products_rows<kBits, kMaxRows>(a, max_active, stream); break;
+    case 1: moe_quant_products_rows<Codes, 1>(a, max_active, stream); break;
+    case 2: moe_quant_products_rows<Codes, 2>(a, max_active, stream); break;
+    case 4: moe_quant_products_rows<Codes, 4>(a, max_active, stream); break;
+    default: moe_quant_products_rows<Codes, kMaxRows>(a, max_active, stream); break;
   }
 }
 
@@ -265,6 +278,11 @@ int moe_quant_rows_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
 }
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream) {
+  moe_launch_products(a, stream);
+  moe_launch_combine(a, stream);
+}
+
+void moe_launch_products(const MoeArgs& a, cudaStream_t stream) {
   const int64_t items = a.rows * a.top_k;
   const unsigned max_active = unsigned(items < a.experts ? items : a.experts);
   if (a.format == kMoeW2) {
@@ -274,13 +292,18 @@ void moe_launch(const MoeArgs& a, cudaStream_t stream) {
         dim3(1), dim3(kGroupThreads), size_t(moe_group_shared_ints(a.experts, kGroupThreads)) * sizeof(int32_t), 1,
         stream, a);
     if (a.format == kMoeFp4) {
-      moe_quant_products<4>(a, max_active, stream);
+      moe_quant_products<Mxfp4Codes>(a, max_active, stream);
+    } else if (a.format == kMoeW2k) {
+      moe_quant_products<W2kCodes>(a, max_active, stream);
     } else if (a.w_bf16) {
       moe_products<uint16_t>(a, max_active, stream);
     } else {
       moe_products<float>(a, max_active, stream);
     }
   }
+}
+
+void moe_launch_combine(const MoeArgs& a, cudaStream_t stream) {
   launch_dependent_kernel<moe_combine_kernel>(dim3(unsigned((a.hidden + 127) / 128), unsigned(a.rows)), dim3(128),
                                               size_t(3 * a.top_k) * sizeof(int32_t), 1, stream, a);
 }

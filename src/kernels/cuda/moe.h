@@ -18,12 +18,20 @@
 // absent_bits (and counting it) where a present one sets used_bits, and counting the routings.
 // An entry served by the other table of a layer with an FP4 tier (`present` kServedElsewhere: the
 // backend runs the op once per table, the second accumulating) is dropped from the grouping, so it
-// costs nothing here; the first table's pass records it as used (routed_items[2]). Weights are
-// BF16, F32, W2 or MXFP4 (all experts of one table alike; docs/formats.md: U8 code planes [rows,
-// cols * bits / 8], UE8M0 scale planes [rows, cols / 32]); activations FP32, accumulation FP32.
-// MXFP4 is decoded in registers (byte-permute lookup tables) and summed per block of 32 before the
-// one multiply by the block's power-of-two scale, as the CPU kernels do (kernels/cpu/w2_matmul.h);
-// the W2 tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
+// costs nothing here; the first table's pass records it as used (routed_items[2]).
+// An entry the host computes (`present` kHostComputed: tiered residency with --cpu-experts) is
+// dropped from the grouping too; the combine adds its items' results from `host_results` (page-
+// locked host memory the device reads directly, written by the host before the op's wait on its
+// mailbox: host_mailbox.h) where `host_valid` says the host computed them, in the expert's place
+// of the fixed order, and records the expert as used (its routings as not found on the device).
+// moe_launch() runs the whole op; a layer with host entries runs moe_launch_products(), waits for
+// the host, then moe_launch_combine() (per mailbox-sized range of rows: the pointers shifted).
+// Weights are BF16, F32, W2, W2K or MXFP4 (all experts of one table alike; docs/formats.md: U8
+// code planes [rows, cols * bits / 8], scale planes [rows, cols / 32]: UE8M0, W2K UE5M3);
+// activations FP32, accumulation FP32. MXFP4 and W2K are decoded in registers (MXFP4: byte-permute
+// lookup tables; W2K: its E8 grid, formats/w2k.h) and summed per block of 32 before the one
+// multiply by the block's scale, as the CPU kernels do (kernels/cpu/w2_matmul.h); the W2
+// tensor-core path puts the scale into the decoded weights' exponent instead (w2_mma.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,17 +41,17 @@
 namespace moet::cuda {
 
 // Weight formats of MoeArgs::format (the values of moet::ExpertFormat).
-enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2 };
+enum MoeFormat : int32_t { kMoeDense = 0, kMoeW2 = 1, kMoeFp4 = 2, kMoeW2k = 3 };
 
-// ExpertPointers::present: kAbsent (the pointers are a stand-in's), kPresent, or kServedElsewhere
-// (by the layer's other table; the pointers are a stand-in's).
-enum ExpertPresence : int32_t { kAbsent = 0, kPresent = 1, kServedElsewhere = 2 };
+// ExpertPointers::present: kAbsent (the pointers are a stand-in's), kPresent, kServedElsewhere
+// (by the layer's other table; the pointers are a stand-in's) or kHostComputed (by the host).
+enum ExpertPresence : int32_t { kAbsent = 0, kPresent = 1, kServedElsewhere = 2, kHostComputed = 3 };
 
 struct ExpertPointers {
   const void* gate_up;            // [2 * inner, hidden] (dense) or codes [2 * inner, hidden * bits / 8]
   const void* down;               // [hidden, inner] (dense) or codes [hidden, inner * bits / 8]
-  const uint8_t* gate_up_scales;  // block formats: UE8M0 [2 * inner, hidden / 32]; else null
-  const uint8_t* down_scales;     // block formats: UE8M0 [hidden, inner / 32]; else null
+  const uint8_t* gate_up_scales;  // block formats: [2 * inner, hidden / 32] scale bytes; else null
+  const uint8_t* down_scales;     // block formats: [hidden, inner / 32] scale bytes; else null
   int32_t present;                // ExpertPresence
   int32_t reserved;
 };
@@ -92,10 +100,16 @@ struct MoeArgs {
   float* partial;
   int64_t tile_counters;
   int32_t pass_items;
+  // Host entries (null: none): results [rows*top_k, hidden] and valid [rows*top_k], device pointers
+  // of page-locked host memory.
+  const float* host_results;
+  const int32_t* host_valid;
   float swiglu_limit = 0.0f;  // > 0: DeepSeek-V4's SwiGLU clamp in the gate_up epilogue
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);
+void moe_launch_products(const MoeArgs& a, cudaStream_t stream);
+void moe_launch_combine(const MoeArgs& a, cudaStream_t stream);
 
 // Activation rows per pass of the MXFP4 expert kernels (CUDA cores): 1, 2, 4 or 8, chosen by
 // best_pass_items (pass_size.h); 1 for decode batches over many experts.

@@ -1,7 +1,7 @@
 // The grouping step of the routed experts (moe.h, step 1), shared by the dense, MXFP4 and W2
 // paths: items (row * top_k + slot) grouped by expert, experts in index order and items in item
 // order inside each (a stable sort), run by one block. Items naming no valid expert are dropped
-// (they contribute nothing), and so are items whose expert another table serves (moe.h); absent
+// (they contribute nothing), and so are items whose expert another table or the host serves (moe.h); absent
 // experts are grouped like present ones (moe.h). Up to blockDim.x items (every decode batch) are ranked one item per
 // thread with no serial step; more items take a counting sort with one serial pass over the
 // experts.
@@ -23,7 +23,9 @@ __device__ __forceinline__ float moe_swiglu(float gate, float up, float limit) {
 
 // Whether items naming expert e run in this table's pass.
 __device__ __forceinline__ bool moe_item_runs(const MoeArgs& a, int e) {
-  return e >= 0 && e < a.experts && a.table[e].present != kServedElsewhere;
+  if (e < 0 || e >= a.experts) return false;
+  const int32_t presence = a.table[e].present;
+  return presence != kServedElsewhere && presence != kHostComputed;
 }
 
 // items <= blockDim.x: item i's position is the number of valid items before it in (expert,

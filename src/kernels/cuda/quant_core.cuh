@@ -1,14 +1,14 @@
-// The inner loop of the MXFP4 expert products on CUDA cores (docs/formats.md, section 2; W2 runs
-// on tensor cores instead: moe_w2.cu). The block format is a template parameter: one warp
-// computes NW output columns for up to R FP32 activation rows. Each lane owns whole blocks of 32
-// weights (block b, b + 32, ...): it loads the block's codes (16 bytes of e2m1, one coalesced
-// load per column) and its UE8M0 scale, decodes the codes in registers with byte permutes (prmt)
-// against lookup tables held in immediates, sums level * x over the block in FP32
-// and then multiplies by the exact power-of-two scale, as the CPU kernels do. Decoding is done
+// The inner loop of the MXFP4 and W2K expert products on CUDA cores (docs/formats.md; W2 runs on
+// tensor cores instead: moe_w2.cu). The block format is a template parameter (a Codes type: its
+// bytes per block, load, decode of eight weights, scale byte value): one warp computes NW output
+// columns for up to R FP32 activation rows. Each lane owns whole blocks of 32 weights (block b,
+// b + 32, ...): it loads the block's codes (MXFP4: 16 bytes of e2m1; W2K: four 16-bit E8
+// codewords, 8 bytes) and its scale byte, decodes the codes in registers, sums level * x over the
+// block in FP32 and then multiplies by the block's scale, as the CPU kernels do. Decoding is done
 // once per weight, however many rows use it. The summation order depends only on k (fixed lane
 // ownership of blocks, then a fixed xor-shuffle tree): bit-identical run to run.
 //
-// Decoding (no shared memory, no local arrays): per four nibbles, two prmt give the two top bytes
+// MXFP4 decoding (no shared memory, no local arrays): per four nibbles, two prmt give the two top bytes
 // of the magnitude {0, .5, ..., 6}, a third (sign-replicating selector nibbles) gives the signs; one prmt per two weights interleaves
 // them into two BF16-like halves, unpacked with an AND and a shift.
 #pragma once
@@ -30,10 +30,10 @@ __device__ __forceinline__ float ue8m0_value(uint32_t byte) {
   return __uint_as_float(byte == 0 ? 0x00400000u : byte << 23);
 }
 
-template <int kBits> struct QuantCodes;
-
-template <> struct QuantCodes<4> {  // one block of 32 e2m1 nibbles: 16 bytes, low nibble = even k
+struct Mxfp4Codes {  // one block of 32 e2m1 nibbles: 16 bytes, low nibble = even k
+  static constexpr int kBits = 4;
   uint4 v;
+  __device__ __forceinline__ static float scale(uint32_t byte) { return ue8m0_value(byte); }
   __device__ __forceinline__ void load(const uint8_t* p) { v = __ldg(reinterpret_cast<const uint4*>(p)); }
   __device__ __forceinline__ void decode(int c, float (&f)[8]) const {
     const uint32_t word = c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
@@ -57,17 +57,47 @@ template <> struct QuantCodes<4> {  // one block of 32 e2m1 nibbles: 16 bytes, l
 // acc[r][j] = sum_k x[r][k] * W_j[k] for r < rows, complete in every lane on return. codes[j] and
 // scales[j] are the rows of column j (k * bits / 8 and k / 32 bytes); k % 32 == 0; x rows 16-byte
 // aligned.
-template <int kBits, int NW, int R>
+// W2K (formats/w2k.h): four little-endian 16-bit codewords (8 bytes), codeword c = weights
+// 8c..8c+7. Weight j = (sign_j (h_j + 1/2) + shift) with h_j two bits of the grid entry, the eighth
+// sign from the parity rule (popcount of the seven sign bits plus the number of h_j = 1). The grid
+// (512 bytes, formats/w2k_grid.inc) is read through the read-only cache.
+__device__ const uint16_t kW2kGridDevice[256] = {
+#include "formats/w2k_grid.inc"
+};
+
+struct W2kCodes {
+  static constexpr int kBits = 2;
+  uint2 v;
+  __device__ __forceinline__ static float scale(uint32_t byte) {  // UE5M3: (1 + m/8) 2^(e - 24)
+    return byte >= 8 ? __uint_as_float(((byte >> 3) + 103u) << 23 | (byte & 7u) << 20) : float(byte) * 0x1p-26f;
+  }
+  __device__ __forceinline__ void load(const uint8_t* p) { v = __ldg(reinterpret_cast<const uint2*>(p)); }
+  __device__ __forceinline__ void decode(int c, float (&f)[8]) const {
+    const uint32_t word = c < 2 ? v.x : v.y;
+    const uint32_t code = (c & 1) ? word >> 16 : word & 0xffffu;
+    const uint32_t grid = __ldg(kW2kGridDevice + (code & 0xffu));
+    const uint32_t signs7 = (code >> 8) & 0x7fu;
+    const uint32_t signs = signs7 | ((__popc(signs7) + __popc(grid & 0x5555u)) & 1u) << 7;
+    const float shift = (code & 0x8000u) ? -0.25f : 0.25f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float m = float((grid >> (2 * j)) & 3u) + 0.5f;
+      f[j] = ((signs >> j) & 1u) ? shift - m : shift + m;
+    }
+  }
+};
+
+template <typename Codes, int NW, int R>
 __device__ __forceinline__ void quant_warp_dot(const float* const (&x)[R], int rows, const uint8_t* const (&codes)[NW],
                                                const uint8_t* const (&scales)[NW], int k, float (&acc)[R][NW]) {
-  constexpr int kBlockBytes = 32 * kBits / 8;
+  constexpr int kBlockBytes = 32 * Codes::kBits / 8;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < NW; ++j) acc[r][j] = 0.0f;
   const int blocks = k / 32;
-  auto process = [&](const QuantCodes<kBits> (&q)[NW], const uint32_t (&s)[NW], int b) {
+  auto process = [&](const Codes (&q)[NW], const uint32_t (&s)[NW], int b) {
     float part[R][NW];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -92,14 +122,14 @@ __device__ __forceinline__ void quant_warp_dot(const float* const (&x)[R], int r
     }
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
-      const float scale = ue8m0_value(s[j]);
+      const float scale = Codes::scale(s[j]);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r][j] = fmaf(part[r][j], scale, acc[r][j]);
     }
   };
   int b = lane;
   for (; b + 32 < blocks; b += 64) {  // two blocks per column in flight
-    QuantCodes<kBits> q0[NW], q1[NW];
+    Codes q0[NW], q1[NW];
     uint32_t s0[NW], s1[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
@@ -112,7 +142,7 @@ __device__ __forceinline__ void quant_warp_dot(const float* const (&x)[R], int r
     process(q1, s1, b + 32);
   }
   if (b < blocks) {
-    QuantCodes<kBits> q0[NW];
+    Codes q0[NW];
     uint32_t s0[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {

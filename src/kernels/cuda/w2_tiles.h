@@ -45,5 +45,10 @@ __host__ __device__ inline int64_t w2_record(int64_t t, int64_t c, int64_t chunk
 // up rows as above. Sets *bad_scale to 1 when a scale byte is >= 253. Asynchronous on `stream`.
 void w2_tile_launch(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool gate_up,
                     uint8_t* tiled, int32_t* bad_scale, cudaStream_t stream);
+// The inverse (exclusive tiering writes an evicted expert back to the host in its row layout):
+// the codes and scales planes the tiles were made from, padding left out. `codes` must be 4-byte
+// aligned; it is cleared first (the codes of one byte come from several records).
+void w2_untile_launch(const uint8_t* tiled, int64_t rows, int64_t cols, bool gate_up, uint8_t* codes, uint8_t* scales,
+                      cudaStream_t stream);
 
 }  // namespace moet::cuda

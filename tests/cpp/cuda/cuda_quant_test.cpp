@@ -1,5 +1,6 @@
-// The W2 and MXFP4 routed-expert kernels against the CPU backend (kernels/cpu/w2_matmul.h) on
-// random codes and scales: every code value, scale bytes around 127 plus the subnormal byte 0,
+// The W2, W2K and MXFP4 routed-expert kernels against the CPU backend (kernels/cpu/w2_matmul.h) on
+// random codes and scales: every code value, scale bytes near 1 (UE8M0 120..127; W2K's UE5M3
+// 158..167, about 2^-4) plus the byte 0 (UE8M0's subnormal 2^-127, W2K's zero scale),
 // batch sizes 1 to 300 (every pass size that pass_size.h can pick, experts with more rows than one
 // pass, more items than the grouping block has threads, the W2 prefill kernels of
 // moe_w2_prefill.h with experts of several passes and partial tile groups), hidden/inner
@@ -36,11 +37,16 @@ std::pair<Tensor, Tensor> plane(BackendPair& p, const std::vector<uint8_t>& byte
   return {p.cpu->upload(info), p.gpu->upload(info)};
 }
 
-// One layer of `experts` random W2/FP4 experts in both backends (the same bytes for the same
+const char* format_label(ExpertFormat format) {
+  return format == ExpertFormat::w2 ? "w2" : format == ExpertFormat::w2k ? "w2k" : "fp4";
+}
+
+// One layer of `experts` random W2/W2K/FP4 experts in both backends (the same bytes for the same
 // seed); the experts listed in `absent` have no tensors.
 std::pair<ExpertSet, ExpertSet> quant_layer(BackendPair& p, ExpertFormat format, int64_t experts, int64_t hidden,
                                             int64_t inner, const std::vector<int64_t>& absent = {}) {
-  const int64_t bits = format == ExpertFormat::w2 ? 2 : 4;
+  const int64_t bits = expert_format_bits(format);
+  const int s = format == ExpertFormat::w2k ? 40 : 0;  // W2K bytes 160..167: scales (1 + m/8) 2^-4, every mantissa
   std::vector<ExpertWeights> cpu_experts, gpu_experts;
   for (int64_t e = 0; e < experts; ++e) {
     if (std::count(absent.begin(), absent.end(), e)) {
@@ -48,12 +54,14 @@ std::pair<ExpertSet, ExpertSet> quant_layer(BackendPair& p, ExpertFormat format,
       gpu_experts.emplace_back();
       continue;
     }
-    const uint64_t seed = 1000 * uint64_t(e) + uint64_t(bits);
+    const uint64_t seed = 1000 * uint64_t(e) + uint64_t(bits) + uint64_t(s);
     auto gu = plane(p, random_bytes(size_t(2 * inner * hidden * bits / 8), seed, 0, 255, false),
                     {2 * inner, hidden * bits / 8});
-    auto gus = plane(p, random_bytes(size_t(2 * inner * hidden / 32), seed + 1, 120, 127, true), {2 * inner, hidden / 32});
+    auto gus = plane(p, random_bytes(size_t(2 * inner * hidden / 32), seed + 1, 120 + s, 127 + s, true),
+                     {2 * inner, hidden / 32});
     auto dn = plane(p, random_bytes(size_t(hidden * inner * bits / 8), seed + 2, 0, 255, false), {hidden, inner * bits / 8});
-    auto dns = plane(p, random_bytes(size_t(hidden * inner / 32), seed + 3, 118, 126, true), {hidden, inner / 32});
+    auto dns = plane(p, random_bytes(size_t(hidden * inner / 32), seed + 3, 118 + s, 126 + s, true),
+                     {hidden, inner / 32});
     cpu_experts.push_back({gu.first, dn.first, format, gus.first, dns.first});
     gpu_experts.push_back({gu.second, dn.second, format, gus.second, dns.second});
   }
@@ -63,16 +71,16 @@ std::pair<ExpertSet, ExpertSet> quant_layer(BackendPair& p, ExpertFormat format,
 
 void check_quant_moe(ExpertFormat format, int64_t experts, int64_t top_k, int64_t hidden, int64_t inner, int64_t rows) {
   BackendPair p;
-  const int64_t bits = format == ExpertFormat::w2 ? 2 : 4;
+  const int64_t bits = expert_format_bits(format);
   const auto [cpu_set, gpu_set] = quant_layer(p, format, experts, hidden, inner);
   const auto in = p.moe_inputs(rows, experts, top_k, hidden, static_cast<uint64_t>(rows * 31 + bits));
   auto out = p.alloc({rows, hidden});
   p.cpu->moe_experts(in.x.first, cpu_set, in.ids.first, in.weights.first, out.first);
   p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, out.second);
   const double diff = max_rel_diff(p, out);
-  EXPECT_LT(diff, kTol) << (bits == 2 ? "W2" : "FP4") << " rows " << rows << " hidden " << hidden << " inner " << inner;
-  std::printf("%s experts %ld top-%ld hidden %ld inner %ld rows %ld: max rel |cuda - cpu| = %.3g\n",
-              bits == 2 ? "W2 " : "FP4", long(experts), long(top_k), long(hidden), long(inner), long(rows), diff);
+  EXPECT_LT(diff, kTol) << format_label(format) << " rows " << rows << " hidden " << hidden << " inner " << inner;
+  std::printf("%-3s experts %ld top-%ld hidden %ld inner %ld rows %ld: max rel |cuda - cpu| = %.3g\n",
+              format_label(format), long(experts), long(top_k), long(hidden), long(inner), long(rows), diff);
   Tensor again = p.gpu->alloc({rows, hidden});
   p.gpu->moe_experts(in.x.second, gpu_set, in.ids.second, in.weights.second, again);
   const auto a = host(*p.gpu, out.second), b = host(*p.gpu, again);
@@ -206,9 +214,10 @@ TEST(CudaQuantMoe, W2FragmentsAndActivationsPairTheSameColumns) {
   EXPECT_EQ(kChunk * 128 + 127, *offsets.rbegin());
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe, ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4),
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantMoe,
+                         ::testing::Values(ExpertFormat::w2, ExpertFormat::fp4, ExpertFormat::w2k),
                          [](const ::testing::TestParamInfo<ExpertFormat>& info) {
-                           return std::string(info.param == ExpertFormat::w2 ? "w2" : "fp4");
+                           return std::string(format_label(info.param));
                          });
 
 TEST(CudaQuantMoe, RejectsMalformedPlanes) {

@@ -29,13 +29,18 @@ std::vector<Case> cuda_cases() {
     out.push_back({"models/tiny", store, 200});
   for (const char* fixture : {"qwen3_moe", "deepseek_v3", "glm4_moe", "mixtral"})
     out.push_back({std::string("tests/fixtures/") + fixture, ExpertStoreKind::ram, 200});
+  // W2K rows through the slots
+  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, "", {}, ExpertMode::w2k});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, CudaResidency, ::testing::ValuesIn(cuda_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const std::string& m = info.param.model;
-                           return m.substr(m.rfind('/') + 1) + "_" + expert_store_name(info.param.store);
+                           std::string name = m.substr(m.rfind('/') + 1) + "_" + expert_store_name(info.param.store);
+                           if (info.param.experts != ExpertMode::w2)
+                             name += std::string("_") + expert_mode_name(info.param.experts);
+                           return name;
                          });
 
 // The decode steps of a tiered model run as CUDA graphs, replayed while the cache changes.

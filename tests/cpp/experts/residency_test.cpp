@@ -32,6 +32,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (ExpertStoreKind store : {ExpertStoreKind::ram, ExpertStoreKind::pack, ExpertStoreKind::arena})
     out.push_back({"models/tiny", store, 200});
+  // W2K pack rows through the slots
+  out.push_back({"models/tiny", ExpertStoreKind::pack, 64, "", {}, ExpertMode::w2k});
   for (const char* fixture : {"qwen3_moe", "deepseek_v3", "glm4_moe", "mixtral"})
     for (ExpertStoreKind store : {ExpertStoreKind::ram, ExpertStoreKind::arena})
       out.push_back({std::string("tests/fixtures/") + fixture, store, 200});
@@ -40,6 +42,7 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Stores, Residency, ::testing::ValuesIn(cases()), [](const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.model.substr(info.param.model.rfind('/') + 1) + "_" + expert_store_name(info.param.store);
+  if (info.param.experts != ExpertMode::w2) name += std::string("_") + expert_mode_name(info.param.experts);
   return name;
 });
 

@@ -1,4 +1,4 @@
-// W2 / FP4 expert matmul kernels (scalar and AVX2) against dequantize-then-float64 references.
+// W2 / W2K / FP4 expert matmul kernels (scalar and AVX2) against dequantize-then-float64 references.
 #include "../cpu_isa_env.h"
 #include "formats/requant.h"
 #include "core/cpu_isa.h"
@@ -26,7 +26,7 @@ Case make_case(StoreFormat format, int64_t rows, int64_t n, int64_t k, uint32_t 
   const SourceView view = source_view_f32(source.data(), n, k);
   ThreadPool pool(1);
   Case c;
-  c.w = format == StoreFormat::w2 ? quantize_w2(view, ZeroMode::sign, pool) : quantize_fp4(view, pool);
+  c.w = quantize(format, view, {ZeroMode::sign, W2Quantizer::reference, nullptr}, pool);
   c.dense = block_tensor_dequant(format, c.w);
   c.x.resize(size_t(rows * k));
   for (auto& v : c.x) v = normal(rng);
@@ -44,13 +44,28 @@ double reference(const Case& c, int64_t t, int64_t col, int64_t k, double* magni
   return sum;
 }
 
+// The kernels of a format: the matmul driver and the scalar / AVX2 dot products.
+struct Kernels {
+  decltype(&matmul_w2) matmul;
+  decltype(&scalar::dot_w2) scalar_dot, avx2_dot;
+};
+
+Kernels kernels_of(StoreFormat format) {
+  switch (format) {
+    case StoreFormat::w2: return {matmul_w2, scalar::dot_w2, avx2::dot_w2};
+    case StoreFormat::w2k: return {matmul_w2k, scalar::dot_w2k, avx2::dot_w2k};
+    case StoreFormat::fp4: break;
+  }
+  return {matmul_fp4, scalar::dot_fp4, avx2::dot_fp4};
+}
+
 void check(StoreFormat format) {
   const int64_t rows = 3, n = 37, k = 320;
-  const Case c = make_case(format, rows, n, k, format == StoreFormat::w2 ? 1 : 2);
+  const Case c = make_case(format, rows, n, k, 1 + int(format));
+  const Kernels kernels = kernels_of(format);
   ThreadPool pool(2);
   std::vector<float> y(size_t(rows * n));
-  (format == StoreFormat::w2 ? matmul_w2 : matmul_fp4)(c.x.data(), rows, k, c.w.codes.data(), c.w.scales.data(), n,
-                                                        y.data(), pool, test_cpu_isa());
+  kernels.matmul(c.x.data(), rows, k, c.w.codes.data(), c.w.scales.data(), n, y.data(), pool, test_cpu_isa());
   const int64_t row_bytes = k * store_format_bits(format) / 8;
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t col = 0; col < n; ++col) {
@@ -61,12 +76,8 @@ void check(StoreFormat format) {
       const float* x = c.x.data() + t * k;
       const uint8_t* codes = c.w.codes.data() + col * row_bytes;
       const uint8_t* scales = c.w.scales.data() + col * (k / 32);
-      const float s = format == StoreFormat::w2 ? scalar::dot_w2(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
-      EXPECT_NEAR(s, ref, tol);
-      if (cpu_supports_avx2()) {
-        const float v = format == StoreFormat::w2 ? avx2::dot_w2(x, codes, scales, k) : avx2::dot_fp4(x, codes, scales, k);
-        EXPECT_NEAR(v, ref, tol);
-      }
+      EXPECT_NEAR(kernels.scalar_dot(x, codes, scales, k), ref, tol);
+      if (cpu_supports_avx2()) EXPECT_NEAR(kernels.avx2_dot(x, codes, scales, k), ref, tol);
     }
   }
 }
@@ -75,6 +86,11 @@ void check(StoreFormat format) {
 
 TEST(W2Matmul, MatchesDequantizedReference) { check(StoreFormat::w2); }
 TEST(Fp4Matmul, MatchesDequantizedReference) { check(StoreFormat::fp4); }
+TEST(W2kMatmul, MatchesDequantizedReference) { check(StoreFormat::w2k); }
+
+TEST(W2kMatmul, ScaleBytesAsTheFormatDefinesThem) {
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(w2k_scale_to_float(uint8_t(b)), w2k_scale_value(uint8_t(b))) << b;
+}
 
 TEST(W2Matmul, ScaleBytesCoverTheFullRange) {
   EXPECT_EQ(ue8m0_to_float(127), 1.0f);

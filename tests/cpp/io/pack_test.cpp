@@ -132,6 +132,40 @@ TEST_F(PackTest, EachStaleConditionIsDetectedAndRebuilt) {
   EXPECT_NE(pack_check(paths_, spec_).find("no sidecar"), std::string::npos);
 }
 
+TEST_F(PackTest, W2kPackRowsAreTheQuantizersBytes) {
+  spec_.format = StoreFormat::w2k;
+  paths_ = pack_paths(dir_, spec_.format, 0, 1);
+  EXPECT_EQ(spec_.layout().slot_bytes, slot_layout(StoreFormat::w2, spec_.hidden, spec_.intermediate).slot_bytes);
+  build();
+  EXPECT_EQ(pack_check(paths_, spec_), "");
+  expect_reads_match(PackIo::pread);
+  const PackSpec read = pack_sidecar_read(paths_.sidecar);
+  EXPECT_EQ(read.format, StoreFormat::w2k);
+}
+
+// The imatrix hash and the W2 quantizer are part of the identity: a pack quantized with another
+// imatrix (or none) or another quantizer is stale; sidecars without them stay valid for specs
+// without them.
+TEST_F(PackTest, ImatrixAndQuantizerAreIdentity) {
+  build();
+  const nlohmann::json plain = nlohmann::json::parse(std::ifstream(paths_.sidecar));
+  EXPECT_FALSE(plain.contains("imatrix"));
+  EXPECT_FALSE(plain.contains("w2_quantizer"));
+  PackSpec weighted = spec_;
+  weighted.w2_quantizer = W2Quantizer::opt;
+  weighted.imatrix = "0123456789abcdef";
+  EXPECT_NE(pack_check(paths_, weighted).find("w2_quantizer"), std::string::npos);
+  EXPECT_TRUE(pack_ensure(paths_, weighted, experts_.fn(), pool_, false));
+  EXPECT_EQ(pack_check(paths_, weighted), "");
+  const PackSpec read = pack_sidecar_read(paths_.sidecar);
+  EXPECT_EQ(read.imatrix, weighted.imatrix);
+  EXPECT_EQ(read.w2_quantizer, W2Quantizer::opt);
+  PackSpec other = weighted;
+  other.imatrix = "fedcba9876543210";
+  EXPECT_NE(pack_check(paths_, other).find("'imatrix'"), std::string::npos) << pack_check(paths_, other);
+  EXPECT_NE(pack_check(paths_, spec_).find("w2_quantizer"), std::string::npos);
+}
+
 TEST_F(PackTest, TruncatedPackGivesClearError) {
   build();
   std::filesystem::resize_file(paths_.pack, spec_.file_bytes() - 4096);

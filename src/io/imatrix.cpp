@@ -1,0 +1,150 @@
+// Importance matrix files (see imatrix.h).
+#include "io/imatrix.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace moet {
+namespace {
+
+std::string expert_key(int64_t layer, int64_t expert, bool down) {
+  return fmt::format("layers.{}.experts.{}.{}", layer, expert, down ? "down_in" : "gate_up_in");
+}
+
+std::string tokens_key(int64_t layer) { return fmt::format("layers.{}.expert_tokens", layer); }
+
+template <typename T>
+TensorToWrite vector_tensor(std::string name, DType dtype, const std::vector<T>& values) {
+  TensorToWrite t{std::move(name), dtype, {int64_t(values.size())}, {}};
+  t.bytes.resize(values.size() * sizeof(T));
+  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+std::string file_hash(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MOET_CHECK(in.good(), "imatrix {}: cannot open", path.string());
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string text = bytes.str();
+  return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
+}
+
+// "layers.<L>.experts.<e>.<what>" or "layers.<L>.expert_tokens" -> its parts; false otherwise.
+bool parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::string* what) {
+  char tail[32] = {};
+  long long l = -1, e = -1;
+  if (std::sscanf(name.c_str(), "layers.%lld.experts.%lld.%31s", &l, &e, tail) == 3) {
+    *layer = l, *expert = e, *what = tail;
+    return name == expert_key(l, e, *what == "down_in");
+  }
+  if (std::sscanf(name.c_str(), "layers.%lld.expert_tokens", &l) == 1 && name == tokens_key(l)) {
+    *layer = l, *expert = -1, *what = "expert_tokens";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const float* Imatrix::input(int64_t layer, int64_t expert, bool down) const {
+  const auto it = layers.find(layer);
+  if (it == layers.end() || expert < 0 || size_t(expert) >= it->second.size()) return nullptr;
+  const ImatrixExpert& e = it->second[size_t(expert)];
+  const std::vector<float>& v = down ? e.down_in : e.gate_up_in;
+  return v.empty() ? nullptr : v.data();
+}
+
+std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix) {
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [layer, experts] : imatrix.layers) {
+    for (size_t e = 0; e < experts.size(); ++e) {
+      tensors.push_back(vector_tensor(expert_key(layer, int64_t(e), false), DType::f32, experts[e].gate_up_in));
+      tensors.push_back(vector_tensor(expert_key(layer, int64_t(e), true), DType::f32, experts[e].down_in));
+    }
+  }
+  for (const auto& [layer, counts] : imatrix.expert_tokens)
+    tensors.push_back(vector_tensor(tokens_key(layer), DType::i32, counts));
+  safetensors_write(path, tensors,
+                    {{"format", kImatrixFormat},
+                     {"checkpoint_identity", imatrix.checkpoint_identity},
+                     {"tokens", std::to_string(imatrix.tokens)},
+                     {"min_tokens", std::to_string(imatrix.min_tokens)}});
+  return file_hash(path);
+}
+
+Imatrix imatrix_read(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  const auto st = SafetensorsFile::open(path);
+  const nlohmann::json header = nlohmann::json::parse(st->header_json());
+  const nlohmann::json meta = header.value("__metadata__", nlohmann::json::object());
+  MOET_CHECK(meta.value("format", "") == kImatrixFormat,
+             "{} is not a moet importance matrix (no __metadata__ format '{}'; make one with `moet imatrix`)", file,
+             kImatrixFormat);
+  Imatrix m;
+  try {
+    m.checkpoint_identity = meta.at("checkpoint_identity").get<std::string>();
+    m.tokens = std::stoll(meta.at("tokens").get<std::string>());
+    m.min_tokens = std::stoll(meta.at("min_tokens").get<std::string>());
+  } catch (const std::exception& e) {
+    fail("imatrix {}: bad __metadata__ ({})", file, e.what());
+  }
+  for (const HostTensor& t : st->tensors()) {
+    int64_t layer = -1, expert = -1;
+    std::string what;
+    MOET_CHECK(parse_key(t.name, &layer, &expert, &what) && layer >= 0 && t.shape.size() == 1,
+               "imatrix {}: unexpected tensor '{}' {}", file, t.name, t.shape_text());
+    if (expert < 0) {
+      MOET_CHECK(t.dtype == DType::i32, "imatrix {}: {} must be I32", file, t.name);
+      std::vector<int32_t>& counts = m.expert_tokens[layer];
+      counts.resize(size_t(t.shape[0]));
+      std::memcpy(counts.data(), t.data, t.bytes);
+      continue;
+    }
+    MOET_CHECK(t.dtype == DType::f32, "imatrix {}: {} must be F32", file, t.name);
+    std::vector<ImatrixExpert>& experts = m.layers[layer];
+    if (experts.size() <= size_t(expert)) experts.resize(size_t(expert) + 1);
+    std::vector<float>& v = what == "down_in" ? experts[size_t(expert)].down_in : experts[size_t(expert)].gate_up_in;
+    v.resize(size_t(t.shape[0]));
+    std::memcpy(v.data(), t.data, t.bytes);
+  }
+  m.hash = file_hash(path);
+  m.path = file;
+  return m;
+}
+
+void imatrix_check(const Imatrix& imatrix, const ModelConfig& config, const std::string& file) {
+  const auto refuse = [&](const std::string& why) {
+    fail("imatrix {} was made for another model ({}); make one for this model with `moet imatrix`", file, why);
+  };
+  std::vector<int64_t> moe_layers;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+    if (config.layer_is_moe[size_t(l)]) moe_layers.push_back(l);
+  if (imatrix.layers.size() != moe_layers.size())
+    refuse(fmt::format("{} MoE layers, the model has {}", imatrix.layers.size(), moe_layers.size()));
+  for (int64_t layer : moe_layers) {
+    const auto it = imatrix.layers.find(layer);
+    if (it == imatrix.layers.end()) refuse(fmt::format("no layer {}", layer));
+    if (int64_t(it->second.size()) != config.n_routed_experts)
+      refuse(fmt::format("layer {} has {} experts, the model {}", layer, it->second.size(), config.n_routed_experts));
+    for (size_t e = 0; e < it->second.size(); ++e) {
+      const ImatrixExpert& x = it->second[e];
+      const int64_t gate_up = int64_t(x.gate_up_in.size()), down = int64_t(x.down_in.size());
+      if (gate_up != config.hidden_size || down != config.moe_intermediate_size)
+        refuse(fmt::format("{} / {} have {} / {} columns, the model's experts {} / {}",
+                           expert_key(layer, int64_t(e), false), expert_key(layer, int64_t(e), true), gate_up, down,
+                           config.hidden_size, config.moe_intermediate_size));
+    }
+  }
+}
+
+}  // namespace moet

@@ -1,0 +1,58 @@
+// The importance matrix ("imatrix") of a model's routed experts, what the importance-aware
+// quantizers weigh each input column's squared error by. For routed expert e of MoE layer L:
+//   gate_up_in [hidden]  mean of x^2 per column over the layer's input rows routed to e
+//                        (the input of gate and of up)
+//   down_in    [inner]   mean of a^2 per column, a = SiLU(x gate^T) * (x up^T) of those rows
+// An expert that received fewer than min_tokens tokens takes its layer's average instead (every
+// routed token of the layer, each counted once per expert that took it).
+//
+// File (safetensors, `moet imatrix` writes it; docs/formats.md "Importance matrix"):
+//   layers.<L>.experts.<e>.gate_up_in   F32 [hidden]
+//   layers.<L>.experts.<e>.down_in      F32 [inner]
+//   layers.<L>.expert_tokens            I32 [experts]   tokens routed to each expert
+//   __metadata__ {"format": "moet-imatrix-v1", "checkpoint_identity", "tokens", "min_tokens"}
+// A file belongs to a model when its tensors are exactly these names for the model's MoE layers
+// and experts, with these shapes (imatrix_check). Its identity is the xxh64 of the file's bytes;
+// packs quantized with an imatrix record it, so a changed imatrix makes them stale.
+#pragma once
+
+#include "io/model_config.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+inline constexpr const char* kImatrixFormat = "moet-imatrix-v1";
+
+struct ImatrixExpert {
+  std::vector<float> gate_up_in;  // [hidden]
+  std::vector<float> down_in;     // [inner]
+};
+
+struct Imatrix {
+  std::map<int64_t, std::vector<ImatrixExpert>> layers;  // MoE layer -> [experts]
+  std::map<int64_t, std::vector<int32_t>> expert_tokens;  // MoE layer -> [experts]
+  std::string checkpoint_identity;
+  int64_t tokens = 0;      // input tokens observed
+  int64_t min_tokens = 0;  // experts below this took the layer average
+  std::string hash;        // xxh64 of the file bytes (imatrix_read / imatrix_write)
+  std::string path;        // the file it was read from (for messages)
+
+  // The column importance of the weight that `matrix` names ("gate", "up": gate_up_in; "down":
+  // down_in) of (layer, expert); null when the imatrix has no such layer or expert.
+  const float* input(int64_t layer, int64_t expert, bool down) const;
+};
+
+// Writes `imatrix` to `path` and returns the file's hash.
+std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix);
+// Reads a file imatrix_write wrote; throws naming the file when it is not one.
+Imatrix imatrix_read(const std::filesystem::path& path);
+// Throws "imatrix F was made for another model: ..." unless the layers, experts and vector
+// lengths are exactly the MoE layers and shapes of `config`.
+void imatrix_check(const Imatrix& imatrix, const ModelConfig& config, const std::string& file);
+
+}  // namespace moet

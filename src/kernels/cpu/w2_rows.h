@@ -1,0 +1,27 @@
+// W2 products of several activation rows against one weight matrix, each block of codes decoded
+// once for up to kW2RowsPerPass rows: y[t, n] = sum_k x[t, k] * W[n, k] (W2, formats/mx_block.h).
+// Every y element is computed with exactly the operations, in the order, of dot_w2 for that row
+// (kernels/cpu/w2_matmul.h), so the results are matmul_w2's bit for bit on either isa; only the
+// decoding is shared (the portable path runs dot_w2 per row). The host experts of tiered residency
+// (kernels/cpu/expert_ffn.h) use it: decode batches and prefill rows on the host cost about one
+// row's decoding per pass instead of one per row. Parallel over output columns.
+#pragma once
+
+#include "core/cpu_isa.h"
+#include "core/thread_pool.h"
+
+#include <cstdint>
+
+namespace moet {
+
+constexpr int64_t kW2RowsPerPass = 4;
+
+void matmul_w2_rows(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                    float* y, ThreadPool& pool, CpuIsa isa);
+
+namespace avx2 {
+// out[r] = dot_w2(x + r * k, codes, scales, k) for r < rows (1 <= rows <= kW2RowsPerPass).
+void dot_w2_rows(const float* x, int64_t rows, const uint8_t* codes, const uint8_t* scales, int64_t k, float* out);
+}  // namespace avx2
+
+}  // namespace moet

@@ -1,0 +1,172 @@
+// The importance-matrix collector (experts/imatrix_collector.h) on a fixture run through the
+// step runner: its means equal a float64 recomputation from the rows and routing the MoE layers
+// saw (x^2 for gate_up's input; SiLU(x gate^T) * (x up^T), squared, for down's), token counts are
+// the routings, experts below min_tokens take the layer average, cutting the text into other
+// steps gives the same file, and a forward without the observer runs as before.
+#include "../cpu_isa_env.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "engine/scorer.h"
+#include "experts/imatrix_collector.h"
+#include "io/checkpoint.h"
+#include "models/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace moet {
+namespace {
+
+const std::filesystem::path kSource = std::filesystem::path(MOET_SOURCE_DIR);
+
+// Records what the MoE layers saw, then lets the collector see it too.
+class Recorder final : public ExpertObserver {
+ public:
+  explicit Recorder(ImatrixCollector& collector) : collector_(collector) {}
+  void observe(Backend& backend, int64_t layer, const Tensor& x, const Tensor& ids, const ExpertSet& set) override {
+    std::vector<float> xs(size_t(x.numel()));
+    std::vector<int32_t> is(size_t(ids.numel()));
+    backend.to_host(x, xs.data());
+    backend.to_host(ids, is.data());
+    seen[layer].push_back({xs, is, ids.cols()});
+    sets[layer] = &set;
+    collector_.observe(backend, layer, x, ids, set);
+  }
+  struct Step {
+    std::vector<float> x;
+    std::vector<int32_t> ids;
+    int64_t top_k;
+  };
+  std::map<int64_t, std::vector<Step>> seen;
+  std::map<int64_t, const ExpertSet*> sets;
+
+ private:
+  ImatrixCollector& collector_;
+};
+
+float weight(const Tensor& w, int64_t i) {
+  return w.dtype == DType::bf16 ? bf16_to_float(w.as<uint16_t>()[i]) : w.as<float>()[i];
+}
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+};
+
+Loaded load(const Checkpoint& checkpoint) {
+  Loaded r;
+  r.backend = cpu_backend_create({2, test_cpu_isa()});
+  ModelLoadOptions options;
+  options.experts = ExpertMode::native;
+  r.model = model_load(checkpoint, *r.backend, nullptr, options);
+  return r;
+}
+
+std::vector<int32_t> tokens(const Model& model, int64_t n) {
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < n; ++i) t.push_back(int32_t((i * 53 + 7) % model.config().vocab_size));
+  return t;
+}
+
+}  // namespace
+
+TEST(ImatrixCollector, MeansOfWhatTheLayersSaw) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  Loaded run = load(checkpoint);
+  const ModelConfig& c = run.model->config();
+  ImatrixCollector collector(c);
+  Recorder recorder(collector);
+  run.model->experts().set_observer(&recorder);
+  score(*run.model, tokens(*run.model, 40), false, 16);
+  run.model->experts().set_observer(nullptr);
+  const Imatrix m = collector.result(1, 40, checkpoint.identity());
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
+  ASSERT_EQ(m.layers.size(), recorder.seen.size());
+  for (const auto& [layer, steps] : recorder.seen) {
+    std::vector<std::vector<double>> gu(size_t(c.n_routed_experts), std::vector<double>(size_t(H)));
+    std::vector<std::vector<double>> dn(size_t(c.n_routed_experts), std::vector<double>(size_t(I)));
+    std::vector<int64_t> count(size_t(c.n_routed_experts));
+    int64_t routings = 0;
+    for (const auto& step : steps) {
+      const int64_t rows = int64_t(step.x.size()) / H;
+      routings += rows * step.top_k;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t s = 0; s < step.top_k; ++s) {
+          const int32_t e = step.ids[size_t(r * step.top_k + s)];
+          const ExpertWeights& w = recorder.sets[layer]->experts[size_t(e)];
+          const float* x = step.x.data() + r * H;
+          ++count[size_t(e)];
+          for (int64_t k = 0; k < H; ++k) gu[size_t(e)][size_t(k)] += double(x[k]) * x[k];
+          for (int64_t j = 0; j < I; ++j) {
+            double g = 0, u = 0;
+            for (int64_t k = 0; k < H; ++k) {
+              g += double(x[k]) * weight(w.gate_up, j * H + k);
+              u += double(x[k]) * weight(w.gate_up, (I + j) * H + k);
+            }
+            const double a = g / (1 + std::exp(-g)) * u;
+            dn[size_t(e)][size_t(j)] += a * a;
+          }
+        }
+      }
+    }
+    int64_t counted = 0;
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+      counted += m.expert_tokens.at(layer)[size_t(e)];
+      EXPECT_EQ(m.expert_tokens.at(layer)[size_t(e)], count[size_t(e)]);
+      if (count[size_t(e)] == 0) continue;
+      for (int64_t k = 0; k < H; ++k)
+        EXPECT_NEAR(m.input(layer, e, false)[k], gu[size_t(e)][size_t(k)] / double(count[size_t(e)]),
+                    1e-5 * gu[size_t(e)][size_t(k)] / double(count[size_t(e)]));
+      for (int64_t j = 0; j < I; ++j) {
+        const double want = dn[size_t(e)][size_t(j)] / double(count[size_t(e)]);
+        EXPECT_NEAR(m.input(layer, e, true)[j], want, 2e-3 * want + 1e-9) << layer << "/" << e << "/" << j;
+      }
+    }
+    EXPECT_EQ(counted, routings) << "each (row, expert) routing counted once";
+  }
+}
+
+TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  Loaded run = load(checkpoint);
+  const std::vector<int32_t> text = tokens(*run.model, 30);
+  ImatrixCollector one_step(run.model->config()), small_steps(run.model->config());
+  run.model->experts().set_observer(&one_step);
+  score(*run.model, text, false, 512);
+  run.model->experts().set_observer(&small_steps);
+  score(*run.model, text, false, 4);
+  run.model->experts().set_observer(nullptr);
+  const Imatrix a = one_step.result(1, 30, ""), b = small_steps.result(1, 30, "");
+  for (const auto& [layer, experts] : a.layers)
+    for (size_t e = 0; e < experts.size(); ++e) {
+      EXPECT_EQ(experts[e].gate_up_in, b.layers.at(layer)[e].gate_up_in);
+      EXPECT_EQ(experts[e].down_in, b.layers.at(layer)[e].down_in);
+    }
+  const Imatrix average = one_step.result(1 << 30, 30, "");  // every expert below min_tokens
+  for (const auto& [layer, experts] : average.layers) {
+    std::vector<double> sum(experts[0].gate_up_in.size());
+    int64_t total = 0;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int64_t n = a.expert_tokens.at(layer)[e];
+      total += n;
+      for (size_t k = 0; k < sum.size(); ++k) sum[k] += double(a.layers.at(layer)[e].gate_up_in[k]) * double(n);
+      EXPECT_EQ(experts[e].gate_up_in, experts[0].gate_up_in);
+      EXPECT_EQ(experts[e].down_in, experts[0].down_in);
+    }
+    for (size_t k = 0; k < sum.size(); ++k)
+      EXPECT_NEAR(experts[0].gate_up_in[k], sum[k] / double(total), 1e-5 * sum[k] / double(total));
+  }
+}
+
+TEST(ImatrixCollector, RefusesQuantizedExperts) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  auto backend = cpu_backend_create({1, test_cpu_isa()});
+  auto model = model_load(checkpoint, *backend, nullptr, ModelLoadOptions{});  // W2
+  ImatrixCollector collector(model->config());
+  model->experts().set_observer(&collector);
+  EXPECT_THROW(score(*model, tokens(*model, 8), false), Error);
+}
+
+}  // namespace moet
