@@ -332,21 +332,28 @@ nlohmann::json bench_router(Bench& b, const char* name, RouterParams params) {
           {"results", rows_out}};
 }
 
+// Rotating device copies of `rows` logit rows of normal values (as an LM head's), enough of them
+// that a timed loop reads from memory, not from L2.
+std::vector<Tensor> rotating_logits(Bench& b, int64_t rows, int64_t vocab, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> host(size_t(rows * vocab));
+  for (auto& v : host) v = normal(rng);
+  std::vector<Tensor> logits;
+  for (int64_t c = 0; c < copies_for(double(rows * vocab * 4)); ++c) {
+    logits.push_back(b.backend.alloc({rows, vocab}));
+    b.backend.from_host(host.data(), logits.back());
+  }
+  return logits;
+}
+
 // The best k logits of each of `rows` rows (normal values, as an LM head's), k = 1, 50, 256.
 nlohmann::json bench_top_logits(Bench& b, int64_t vocab) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 8, 64}) {
     const double bytes = double(rows * vocab * 4);
-    std::vector<float> host(size_t(rows * vocab));
-    for (auto& v : host) v = normal(rng);
-    std::vector<Tensor> logits;  // rotating copies
-    for (int64_t c = 0; c < copies_for(bytes); ++c) {
-      logits.push_back(b.backend.alloc({rows, vocab}));
-      b.backend.from_host(host.data(), logits.back());
-    }
+    const std::vector<Tensor> logits = rotating_logits(b, rows, vocab, rng);
     for (int64_t k : {1, 50, 256}) {
       Tensor values = b.backend.alloc({rows, k}), ids = b.backend.alloc({rows, k}, DType::i32);
       const double s = b.seconds_per_call(values, [&](int i) {
@@ -363,18 +370,11 @@ nlohmann::json bench_top_logits(Bench& b, int64_t vocab) {
 // The confidence gate's signals (largest probability and margin) of `rows` logit rows.
 nlohmann::json bench_logit_confidence(Bench& b, int64_t vocab) {
   std::mt19937 rng(12);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
   b.begin_step({0}, {{0}});
   nlohmann::json rows_out = nlohmann::json::array();
   for (int64_t rows : {1, 8, 64}) {
     const double bytes = double(rows * vocab * 4);
-    std::vector<float> host(size_t(rows * vocab));
-    for (auto& v : host) v = normal(rng);
-    std::vector<Tensor> logits;  // rotating copies
-    for (int64_t c = 0; c < copies_for(bytes); ++c) {
-      logits.push_back(b.backend.alloc({rows, vocab}));
-      b.backend.from_host(host.data(), logits.back());
-    }
+    const std::vector<Tensor> logits = rotating_logits(b, rows, vocab, rng);
     Tensor out = b.backend.alloc({rows, 2});
     const double s =
         b.seconds_per_call(out, [&](int i) { b.backend.logit_confidence(logits[size_t(i) % logits.size()], out); });

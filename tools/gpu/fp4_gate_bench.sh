@@ -27,17 +27,8 @@ FP4_SLOTS=${FP4_SLOTS:-3008}
 TAUS=${TAUS:-0.6 1}
 LIMIT=${MOET_FG_LIMIT:-200}
 mkdir -p "$OUT_DIR"
-CARRY=${CARRY:-$PWD/.gpu-carry}
-[ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
-export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-source tools/gpu/cuda_libs.sh
+source tools/gpu/carry_env.sh
 export MOET_LOG_LEVEL=${MOET_LOG_LEVEL:-info}
-step() {  # step NAME COMMAND...
-  local name=$1; shift
-  local start=$SECONDS
-  timeout -k 10 "$LIMIT" stdbuf -oL -eL "$@" > "$OUT_DIR/$name.log" 2>&1
-  echo "$name: exit $? ($((SECONDS - start)) s)" | tee -a "$OUT_DIR/steps.txt"
-}
 case "$MODE" in
   tests)
     step cuda_tests "$CARRY/moet_cuda_tests" \

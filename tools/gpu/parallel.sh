@@ -28,25 +28,16 @@ MODELS=${MODELS:-Qwen3-235B-A22B:94 DeepSeek-V3:61}
 BATCHES=${BATCHES:-1 8}
 LIMIT=${MOET_PAR_LIMIT:-300}
 mkdir -p "$OUT_DIR"
-CARRY=${CARRY:-$PWD/.gpu-carry}
-[ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
-export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-source tools/gpu/cuda_libs.sh
+source tools/gpu/carry_env.sh
 export MOET_LOG_LEVEL=${MOET_LOG_LEVEL:-info}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT_DIR/machine.txt" 2>&1
 nvidia-smi topo -m >> "$OUT_DIR/machine.txt" 2>&1
-step() {  # step NAME LIMIT COMMAND...
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  timeout -k 10 "$limit" stdbuf -oL -eL "$@" > "$OUT_DIR/$name.log" 2>&1
-  echo "$name: exit $? ($((SECONDS - start)) s)" | tee -a "$OUT_DIR/steps.txt"
-}
 
 if [ "$MODE" = tests ]; then
-  step nccl_tests "$LIMIT" "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.*' \
+  step nccl_tests "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.*' \
     --gtest_output=json:"$OUT_DIR/nccl_tests.json"
-  step nccl_two_ranks_one_gpu 60 "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.DISABLED_TwoRanksOnOneGpu' \
+  LIMIT=60 step nccl_two_ranks_one_gpu "$CARRY/moet_cuda_tests" --gtest_filter='Nccl.DISABLED_TwoRanksOnOneGpu' \
     --gtest_also_run_disabled_tests
   grep -h "NCCL" "$OUT_DIR"/nccl_*.log | sort -u | tee "$OUT_DIR/summary.txt"
   exit 0
@@ -70,7 +61,7 @@ prompt_ids() {
 for fixture in qwen3_moe deepseek_v3 glm4_moe mixtral; do
   for split in "" "--enable-expert-parallel"; do
     name=generate_${fixture}_tp2${split:+_ep}
-    step "$name" "$LIMIT" "$CARRY/moet" generate --device cuda --model "tests/fixtures/$fixture" \
+    step "$name" "$CARRY/moet" generate --device cuda --model "tests/fixtures/$fixture" \
       --prompt-ids "$(prompt_ids "$fixture")" --max-tokens 16 --experts native --kv-cache-dtype fp32 --json \
       --tensor-parallel-size 2 $split
     check_golden "$name" "$fixture"
@@ -86,7 +77,7 @@ for split in "" "--enable-expert-parallel"; do
   CUDA_VISIBLE_DEVICES=1 timeout -k 10 "$LIMIT" "$CARRY/moet" "${two_nodes[@]}" --node-rank 1 \
     > "$OUT_DIR/${name}_node1.log" 2>&1 &
   node1=$!
-  CUDA_VISIBLE_DEVICES=0 step "$name" "$LIMIT" "$CARRY/moet" "${two_nodes[@]}" --node-rank 0
+  CUDA_VISIBLE_DEVICES=0 step "$name" "$CARRY/moet" "${two_nodes[@]}" --node-rank 0
   wait "$node1"
   echo "${name}_node1: exit $?" | tee -a "$OUT_DIR/steps.txt"
   check_golden "$name" deepseek_v3
@@ -98,7 +89,7 @@ for entry in $MODELS; do
       [ "$split" = 1 ] && [ "$model" = DeepSeek-V3 ] && continue  # 671B: W2 experts need two H200s
       ep=$([ "${split#* }" != "$split" ] && echo _ep)
       name=bench_$(echo "$model" | tr 'A-Z.-' 'a-z__')_b${batch}_tp${split%% *}$ep
-      step "$name" "$LIMIT" "$CARRY/moet" bench --device cuda --config "bench/configs/$model.config.json" \
+      step "$name" "$CARRY/moet" bench --device cuda --config "bench/configs/$model.config.json" \
         --layers "$layers" --batch "$batch" --profile --json-out "$OUT_DIR/$name.json" --tensor-parallel-size $split
     done
   done

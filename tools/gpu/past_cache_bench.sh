@@ -41,17 +41,8 @@ MODE=${2:?usage: past_cache_bench.sh RESULTS_DIR tests|qwen|deepseek}
 LIMIT=${MOET_PC_LIMIT:-280}
 DSV3_CACHE_GB=${DSV3_CACHE_GB:-96}
 mkdir -p "$OUT_DIR"
-CARRY=${CARRY:-$PWD/.gpu-carry}
-[ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
-export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-source tools/gpu/cuda_libs.sh
+source tools/gpu/carry_env.sh
 export MOET_LOG_LEVEL=${MOET_LOG_LEVEL:-info}
-step() {  # step NAME COMMAND...
-  local name=$1; shift
-  local start=$SECONDS
-  timeout -k 10 "$LIMIT" stdbuf -oL -eL "$@" > "$OUT_DIR/$name.log" 2>&1
-  echo "$name: exit $? ($((SECONDS - start)) s)" | tee -a "$OUT_DIR/steps.txt"
-}
 bench() {  # bench NAME CONFIG LAYERS FLAGS...
   local name=$1 config=$2 layers=$3; shift 3
   step "$name" "$CARRY/moet" bench --device cuda --config "bench/configs/$config.config.json" --layers "$layers" \

@@ -18,10 +18,7 @@ ROUTINGS=${ROUTINGS:-uniform zipf:1.0}
 EXTRA=${EXTRA:-}
 LIMIT=${MOET_RB_LIMIT:-150}
 mkdir -p "$OUT_DIR"
-CARRY=${CARRY:-$PWD/.gpu-carry}
-[ -f .gpu-pack/carry.tar.xz ] && [ ! -x "$CARRY/moet" ] && tar xJf .gpu-pack/carry.tar.xz
-export LD_LIBRARY_PATH=$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-source tools/gpu/cuda_libs.sh
+source tools/gpu/carry_env.sh
 export MOET_LOG_LEVEL=${MOET_LOG_LEVEL:-info}
 config=${MODEL%%:*} layers=${MODEL##*:}
 run() {  # run NAME FLAGS...
