@@ -19,10 +19,10 @@ for ignored in /.gpu-carry/ /.gpu-pack/ /.gpu-base/; do
 done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOET_CUDA=ON -DMOET_CUDA_ARCHS="$ARCHS" > /dev/null
 cmake --build "$B" --target moet moet_cuda_tests cuda_moe_bench cuda_norm_bench cuda_ops_bench cuda_host_experts_bench \
-  experts_host_bench
+  experts_host_bench cuda_sparse_bench
 rm -rf .gpu-carry && mkdir -p .gpu-carry/lib
 BINARIES="$B/moet $B/tests/cpp/cuda/moet_cuda_tests $B/bench/cuda_moe_bench $B/bench/cuda_norm_bench $B/bench/cuda_ops_bench"
-BINARIES+=" $B/bench/cuda_host_experts_bench $B/bench/experts_host_bench"
+BINARIES+=" $B/bench/cuda_host_experts_bench $B/bench/experts_host_bench $B/bench/cuda_sparse_bench"
 cp $BINARIES .gpu-carry/ && strip .gpu-carry/moet .gpu-carry/moet_cuda_tests .gpu-carry/cuda_*_bench \
   .gpu-carry/experts_host_bench
 # Every non-glibc/non-libstdc++ library the binaries load (the GPU image lacks PCRE2, utf8proc,
