@@ -12,6 +12,8 @@
 #include "engine/sampler.h"
 #include "engine/sequence_batch.h"
 #include "experts/expert_kpis.h"
+#include "experts/expert_loader.h"
+#include "experts/expert_store.h"
 #include "io/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,12 @@ struct Case {
   std::function<void(TieringConfig&)> adjust = {};  // applied to every tiered configuration
   ExpertMode experts = ExpertMode::w2;            // the stored format (w2 or w2k: rows of the same size)
 };
+
+// How gtest names a Case in its output (instead of a dump of its bytes).
+inline void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " " << expert_store_name(c.store) << " " << expert_mode_name(c.experts) << " " << c.steps
+      << " steps" << (c.mode.empty() ? "" : " " + c.mode);
+}
 
 // What the mode of `t` must have done in a run whose KPIs are `k`, when the pool was too small to
 // hold every expert (`evicting`: steps evicted).
