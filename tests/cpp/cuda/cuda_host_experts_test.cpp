@@ -255,7 +255,7 @@ TEST(CudaExpertSlots, ExchangeReturnsTheEvictedRow) {
   MOET_SKIP_WITHOUT_GPU();
   auto backend = cuda_backend_create({});
   for (const ExpertFormat format : {ExpertFormat::w2, ExpertFormat::fp4}) {
-    const int64_t hidden = 256, inner = 96, count = 20;  // more than one batch of the backend's loads
+    const int64_t hidden = 256, inner = 96, count = 40;  // three batches of the loads: a scratch half reused
     std::vector<Row> a, b;
     std::vector<std::shared_ptr<uint8_t>> pinned_a, pinned_b, out;
     std::vector<const uint8_t*> rows_a, rows_b;
