@@ -32,8 +32,11 @@ struct DeviceOptions {
   int64_t cuda_gemm_min_rows = 16;
   bool cuda_sync = false;
   bool cuda_profile = false;
+  bool cuda_unverified = false;
 
   void add_to(CLI::App& sub);
+  // Whether paths not yet verified on a GPU are refused: on cuda unless --cuda-unverified.
+  bool refuses_unverified() const { return device == "cuda" && !cuda_unverified; }
 };
 
 // The backend the options name (cuda: on GPU `gpu`); fails with a one-line message for cuda in a

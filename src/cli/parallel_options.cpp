@@ -46,7 +46,7 @@ void ParallelOptions::add_to(CLI::App& sub) {
 }
 
 void parallel_device_gate(const DeviceOptions& device, const ParallelOptions& parallel) {
-  if (device.device != "cuda" || !parallel.split()) return;
+  if (!device.refuses_unverified() || !parallel.split()) return;
   fail("--tensor-parallel-size / --enable-expert-parallel / --nnodes on --device cuda is not yet verified on a GPU "
        "(tools/gpu/parallel.sh); use --device cpu");
 }

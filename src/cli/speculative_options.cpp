@@ -15,7 +15,7 @@ void SpeculativeOptions::add_to(CLI::App& sub) {
 
 SpeculativeConfig SpeculativeOptions::resolve(const DeviceOptions& device) const {
   const SpeculativeConfig config = speculative_config_parse(json);
-  MOET_CHECK(!config.enabled() || device.device == "cpu",
+  MOET_CHECK(!config.enabled() || !device.refuses_unverified(),
              "--speculative-config on --device cuda is not yet verified on a GPU (docs/speculative.md, \"CUDA\")");
   return config;
 }
