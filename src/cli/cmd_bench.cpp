@@ -117,7 +117,8 @@ nlohmann::json profile_report(BenchOps& backend, const std::string& what, int64_
   std::fprintf(stderr, "%-44s %12s %12s %8s\n", "op", "calls/pass", "us/pass", "share");
   for (const auto& op : rows)
     std::fprintf(stderr, "%-44s %12.2f %12.2f %7.1f%%\n", op["op"].get<std::string>().c_str(),
-                 op["calls_per_step"].get<double>(), op["us_per_step"].get<double>(), 100.0 * op["share"].get<double>());
+                 op["calls_per_step"].get<double>(), op["us_per_step"].get<double>(),
+                 100.0 * op["share"].get<double>());
   std::fprintf(stderr, "%-44s %12s %12.2f %7.1f%%\n", "sum of ops", "", total * 1e6 / double(passes), 100.0);
   return {{"steps", passes}, {"clock", clock}, {"ops", rows}, {"total_us_per_step", total * 1e6 / double(passes)}};
 }
@@ -220,7 +221,8 @@ void run(const BenchFlags& flags) {
   }
   const double prefill_seconds = seconds_since(start);
   const nlohmann::json prefill_experts =
-      residency ? expert_kpi_json(expert_kpis(residency->stats(), prefill_stats, residency->store().counters(), prefill_store))
+      residency ? expert_kpi_json(
+                      expert_kpis(residency->stats(), prefill_stats, residency->store().counters(), prefill_store))
                 : nlohmann::json();
 
   // Decode steps at positions prompt_len .. prompt_len + steps - 1; the first pass appends the
@@ -363,7 +365,8 @@ void register_bench(CLI::App& app, Actions& actions) {
   CLI::App* sub = app.add_subcommand("bench", "measure decode speed against the device's copy bandwidth");
   sub->add_option("--model", flags->model_dir, "model folder to benchmark");
   sub->add_option("--config", flags->config_file, "config.json to build with random weights (no files needed)");
-  sub->add_option("--layers", flags->layers, "with --config: keep only this many layers (0 = all)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--layers", flags->layers, "with --config: keep only this many layers (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   flags->device.add_to(*sub);
   flags->experts.add_to(*sub);
   flags->speculative.add_to(*sub);
@@ -378,7 +381,8 @@ void register_bench(CLI::App& app, Actions& actions) {
                   "with --config: uniform (random routers: near-uniform expert use, a cache's worst case) or zipf:S "
                   "(a fixed per-layer bias on the router logits so expert popularity follows Zipf(S), e.g. zipf:1.0); "
                   "named in the report");
-  sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")->check(CLI::PositiveNumber);
+  sub->add_option("--copy-gib", flags->copy_gib, "buffer size of the copy-bandwidth measurement in GiB")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--profile", flags->profile,
                 "also run the decode steps once more with the backend's per-op profile on (cuda: GPU time of "
                 "each op from CUDA events; cpu: wall time) and print a table of op, calls and microseconds per "

@@ -141,7 +141,9 @@ void expect_distribution(const std::vector<int64_t>& counts, const std::vector<d
     const double expected = double(draws) * probs[t];
     chi += (double(counts[t]) - expected) * (double(counts[t]) - expected) / expected;
   }
-  if (support > 1) EXPECT_LT(chi, kChiSquare999[support - 1]) << what << ": chi-square " << chi;
+  if (support > 1) {
+    EXPECT_LT(chi, kChiSquare999[support - 1]) << what << ": chi-square " << chi;
+  }
 }
 
 // Three verify rows (fixed logits over 8 tokens) and two drafts, 30000 seeded verifications per
@@ -178,9 +180,13 @@ TEST(SpeculativeSampling, AcceptanceKeepsTheTargetDistribution) {
       for (size_t row = 0; row < got.size(); ++row) {
         ++counts[row][size_t(got[row].token)];
         EXPECT_EQ(got[row].token, plain.sample(rows[row].data(), vocab).token) << "trial " << t;
-        if (row + 1 < got.size()) EXPECT_EQ(got[row].token, drafts[row]);
+        if (row + 1 < got.size()) {
+          EXPECT_EQ(got[row].token, drafts[row]);
+        }
       }
-      if (got.size() < 3) EXPECT_NE(got.back().token, drafts[got.size() - 1]);
+      if (got.size() < 3) {
+        EXPECT_NE(got.back().token, drafts[got.size() - 1]);
+      }
     }
     const bool second_kept = target_distribution(rows[1], params)[size_t(drafts[1])] > 0.0;
     EXPECT_EQ(second_kept, params.top_k != 4);
