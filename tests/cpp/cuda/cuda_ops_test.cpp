@@ -100,7 +100,8 @@ TEST(CudaOps, EmbeddingMatchesCpu) {
   const std::vector<int64_t> slots = {0, 1, 2, 3};
   const std::vector<int32_t> table = {0};
   const int32_t* tables[] = {table.data()};
-  p.begin_step({4, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, 4});
+  // vocab: the whole table's, so a rank's part below may see ids outside its own rows.
+  p.begin_step({4, tokens.data(), positions.data(), row_seq.data(), slots.data(), 1, tables, 4, vocab});
   for (bool bf16 : {true, false}) {
     auto t = bf16 ? p.weight(tb.data(), DType::bf16, {vocab, dim}) : p.weight(tf.data(), DType::f32, {vocab, dim});
     auto out = p.alloc({4, dim});
