@@ -132,9 +132,6 @@ void run(const BenchFlags& flags) {
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
   const SpeculativeConfig speculative = flags.speculative.resolve(flags.device);
   load_options.load_mtp = speculative.method == SpeculativeConfig::Method::mtp;
-  family_device_gate(json_read_file(flags.model_dir.empty() ? std::filesystem::path(flags.config_file)
-                                                            : std::filesystem::path(flags.model_dir) / "config.json"),
-                     flags.device);
   const ParallelOptions& parallel = flags.parallel;
   if (parallel.split()) parallel_device_gate(flags.device, parallel);
   const bool profile = flags.profile || flags.device.cuda_profile;

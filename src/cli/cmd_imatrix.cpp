@@ -28,7 +28,6 @@ struct ImatrixFlags {
 };
 
 void run(ImatrixFlags flags) {
-  check_verified_on_gpu(flags.device, "moet imatrix");
   const Tokenizer tokenizer = Tokenizer::from_dir(flags.model_dir);
   std::vector<int32_t> ids = tokenizer.encode(tok::read_file(flags.text_file));
   if (flags.max_tokens > 0 && int64_t(ids.size()) > flags.max_tokens) ids.resize(size_t(flags.max_tokens));

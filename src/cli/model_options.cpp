@@ -3,7 +3,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "models/arch/arch.h"
 #include "models/remote_nodes.h"
 #ifdef MOET_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -53,8 +52,8 @@ void DeviceOptions::add_to(CLI::App& sub) {
       ->envname("MOET_CUDA_PROFILE");
   sub.add_flag("--cuda-unverified", cuda_unverified,
                "cuda: run the paths that are refused until their CUDA tests have passed on a GPU (quantized KV "
-               "caches, the FP4 tier, tiering past the cache, W2K, imatrix, speculative decoding, parallelism, "
-               "GLM-5 / DeepSeek-V4); for the verification runs on a GPU machine, results not yet trusted")
+               "caches, speculative decoding, tensor / expert parallelism); for the verification runs on a GPU "
+               "machine, results not yet trusted")
       ->envname("MOET_CUDA_UNVERIFIED");
 }
 
@@ -99,12 +98,6 @@ KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOption
   return dtype;
 }
 
-void check_verified_on_gpu(const DeviceOptions& device, std::string_view feature) {
-  static constexpr std::string_view kUnverified[] = {"--experts w2k", "moet imatrix"};
-  for (std::string_view f : kUnverified)
-    MOET_CHECK(!device.refuses_unverified() || f != feature, "{} on --device cuda is not yet verified on a GPU", feature);
-}
-
 void ModelOptions::add_to(CLI::App& sub) {
   sub.add_option("--model", model_dir, "model folder: config.json + *.safetensors (+ tokenizer files)")
       ->required();
@@ -115,31 +108,10 @@ void ModelOptions::add_to(CLI::App& sub) {
 }
 
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
-  if (experts.experts == "w2k") check_verified_on_gpu(device, "--experts w2k");
   ModelLoadOptions options = experts.resolve(max_step_rows);
-  // The one gate of the CUDA FP4 tier (its tests: tests/cpp/cuda/cuda_fp4_tier_test.cpp).
-  MOET_CHECK(!(options.fp4_tier && device.refuses_unverified()),
-             "--fp4-pool-gb / --fp4-pool-slots on --device cuda is not yet verified on a GPU");
-  if (options.tiering) {
-    ResidencyOptions& r = options.tiering->residency;
-    r.host_isa = device.cpu_portable ? CpuIsa::portable : cpu_isa_best();
-    // The one gate of the CUDA paths past the cache (their tests: tests/cpp/cuda/cuda_host_experts_test.cpp).
-    MOET_CHECK(!device.refuses_unverified() || (r.tiering == ExpertTiering::inclusive && r.cpu_experts == CpuExperts::off &&
-                                           r.prefetch == ExpertPrefetch::off),
-               "--expert-tiering exclusive, --cpu-experts on|auto and --expert-prefetch next-layer on --device cuda "
-               "are not yet verified on a GPU");
-  }
+  if (options.tiering)
+    options.tiering->residency.host_isa = device.cpu_portable ? CpuIsa::portable : cpu_isa_best();
   return options;
-}
-
-void family_device_gate(const nlohmann::json& config, const DeviceOptions& device) {
-  if (!device.refuses_unverified()) return;
-  // The one gate of GLM-5 and DeepSeek-V4 on CUDA: the CUDA kernels of their ops (sparse attention,
-  // the lightning indexer, KV compression, hyper-connections, ...; docs/families.md) have not run on
-  // a GPU yet; remove it once they and their tests have passed there.
-  const std::string family = arch_for_config(config).family;
-  MOET_CHECK(family != "glm_moe_dsa" && family != "deepseek_v4",
-             "{} on --device cuda is not yet verified on a GPU; use --device cpu", family);
 }
 
 LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool load_mtp) {
@@ -148,7 +120,6 @@ LoadedModel load_model(const ModelOptions& options, int64_t max_step_rows, bool 
   ModelLoadOptions load = model_load_options(options.device, options.experts, max_step_rows);
   load.load_mtp = load_mtp;
   loaded.checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.model_dir));
-  family_device_gate(loaded.checkpoint->config(), options.device);  // before the device is opened
   const ParallelOptions& parallel = options.parallel;
   if (!parallel.split()) {
     loaded.backend = backend_create(options.device);

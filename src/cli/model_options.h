@@ -17,7 +17,6 @@
 
 #include <memory>
 #include <string>
-#include <string_view>
 
 namespace moet::cli {
 
@@ -56,10 +55,6 @@ struct KvCacheOptions {
 // and an explicit other dtype fails with one line.
 KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOptions& device);
 
-// The one gate of features whose CUDA path has not yet run on a GPU ("--experts w2k", "moet
-// imatrix"): refused on --device cuda with a one-line error until a GPU run of their CUDA tests
-// lifts them (by removing them from the list in model_options.cpp).
-void check_verified_on_gpu(const DeviceOptions& device, std::string_view feature);
 
 struct ModelOptions {
   std::string model_dir;
@@ -87,8 +82,6 @@ struct LoadedModel {
 // The experts' load options for `device` (ExpertOptions::resolve; max_step_rows: the most decode
 // rows one step of the command has), refusing what is not yet verified on that device.
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows);
-// Fails with one line for a family this device cannot run yet (GLM-5 and DeepSeek-V4 on CUDA).
-void family_device_gate(const nlohmann::json& config, const DeviceOptions& device);
 // load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp). With
 // --tensor-parallel-size > 1 a ParallelModel over comm_group_create()'s ranks (models/parallel_model.h);
 // over several nodes node 0's tells the others every step, and the others must follow().

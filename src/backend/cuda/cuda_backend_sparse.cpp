@@ -1,8 +1,7 @@
 // The CUDA backend's GLM-5 / DeepSeek-V4 ops (backend.h: layernorm, rope_inverse and rope with
 // pairs in place, silu_mul_clamped, attention_gather, indexer_topk, kv_compress, hc_pre / hc_post /
-// hc_head, router_hash) through kernels/cuda/sparse_ops.h. Not yet run on a GPU: the families are
-// refused on --device cuda (cli/model_options.cpp family_device_gate) until
-// tests/cpp/cuda/cuda_sparse_ops_test.cpp has passed on one.
+// hc_head, router_hash) through kernels/cuda/sparse_ops.h; checked against the CPU by
+// tests/cpp/cuda/cuda_sparse_ops_test.cpp (docs/families.md).
 #include "backend/cuda/cuda_backend_impl.h"
 
 #include "kernels/cuda/sparse_ops.h"

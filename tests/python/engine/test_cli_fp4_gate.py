@@ -90,7 +90,6 @@ def test_bench_json_has_the_fp4_kpis(run_moet, tmp_path):
     (["--experts", "fp4", "--fp4-pool-slots", 8], "the FP4 tier sits over W2 experts"),
     (["--fp4-pool-slots", 8, "--fp4-store", "pack"], "--fp4-store pack reads experts-fp4-*.pack: give --pack-dir"),
     (["--fp4-pool-gb", "auto", "--expert-cache-gb", "auto"], "size one of them"),
-    (["--fp4-pool-slots", 8, "--device", "cuda"], "not yet verified on a GPU"),
     (["--fp4-pool-slots", 8, "--gate-tau-file", "/nonexistent/tau"], "--gate-tau-file /nonexistent/tau"),
 ])
 def test_bad_flags_fail_with_one_line(run_moet, args, message):

@@ -104,8 +104,6 @@ def test_bench_json_has_the_kpis(run_moet, tmp_path):
     (["--cpu-experts", "auto"], "--cpu-experts auto chooses between the expert cache and the host"),
     (["--expert-prefetch", "next-layer"], "--expert-prefetch next-layer loads into the expert cache"),
     (["--expert-cache-slots", 12, "--cpu-expert-threads", 2], "are for --cpu-experts on or auto"),
-    # The gate of the CUDA paths (cli/model_options.cpp): drop this case when the gate is lifted.
-    (["--expert-cache-slots", 12, "--cpu-experts", "on", "--device", "cuda"], "not yet verified on a GPU"),
 ])
 def test_what_makes_no_sense_is_refused(run_moet, tmp_path, flags, says):
     flags = [tmp_path if f == "PACK" else f for f in flags]

@@ -11,9 +11,6 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 TINY = REPO / "models" / "tiny"
 GATED = [
     ["--kv-cache-dtype", "bf16"],
-    ["--experts", "w2k"],
-    ["--fp4-pool-slots", 8],
-    ["--expert-cache-slots", 12, "--cpu-experts", "on"],
     ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1})],
     ["--tensor-parallel-size", 2],
 ]
@@ -32,7 +29,7 @@ def test_each_gate_refuses_by_default_and_yields_to_the_flag(run_moet, flags):
 def test_the_environment_variable_does_the_same(run_moet, monkeypatch):
     monkeypatch.setenv("MOET_CUDA_UNVERIFIED", "1")
     result = run_moet("--log-level", "error", "generate", "--model", TINY, "--prompt-ids", "1,2,3", "--max-tokens", 2,
-                      "--device", "cuda", "--fp4-pool-slots", 8)
+                      "--device", "cuda", "--tensor-parallel-size", 2)
     assert "not yet verified on a GPU" not in result.stderr, result.stderr
 
 
