@@ -3,6 +3,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "models/arch/arch.h"
 #include "models/remote_nodes.h"
 #ifdef MOET_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
