@@ -50,9 +50,7 @@ struct KvCacheOptions {
 };
 
 // The cache dtype the options name on `device` (for Model::set_kv_cache_dtype(); called before
-// the backend is made, so a refusal costs nothing). While the CUDA kernels of the quantized caches
-// have not run on a GPU, this is the one place that keeps them unreachable: auto is fp32 on cuda
-// and an explicit other dtype fails with one line.
+// the backend is made): auto is bf16 on the CPU and fp32 on cuda (docs/kv.md says why).
 KvDtype kv_cache_dtype_resolve(const KvCacheOptions& options, const DeviceOptions& device);
 
 

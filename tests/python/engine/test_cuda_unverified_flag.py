@@ -10,7 +10,6 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[3]
 TINY = REPO / "models" / "tiny"
 GATED = [
-    ["--kv-cache-dtype", "bf16"],
     ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1})],
     ["--tensor-parallel-size", 2],
 ]
