@@ -42,6 +42,7 @@ if [ -f "$CUDA_ROOT/include/cupti.h" ]; then
   cp -L "$CUPTI_LIB"/libcupti.so.[0-9]* .gpu-carry/lib/
 fi
 git rev-parse HEAD > .gpu-carry/commit
+pwd > .gpu-carry/source_dir  # the tests' MOET_SOURCE_DIR: carry_env.sh links it to the tree there
 { git diff --quiet && git diff --cached --quiet; } || echo "(+ uncommitted changes)" >> .gpu-carry/commit
 if [ -n "${BASE:-}" ]; then
   if [ -d .gpu-base ]; then

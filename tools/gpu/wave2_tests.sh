@@ -2,6 +2,7 @@
 # On the GPU machine, after tools/gpu/pack.sh: wave 2's CUDA test groups, each under its own time
 # limit so one hang does not hide the others, then everything else in moet_cuda_tests. One gtest log
 # per group and a line per group (exit code, seconds, passed, failed) in RESULTS_DIR/steps.txt.
+# The device tool brings back only a few files from $OUT: pack RESULTS_DIR into one archive after.
 # Usage: bash tools/gpu/wave2_tests.sh RESULTS_DIR [LIMIT_SECONDS_PER_GROUP]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
