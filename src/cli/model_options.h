@@ -78,7 +78,7 @@ struct LoadedModel {
 };
 
 // The experts' load options for `device` (ExpertOptions::resolve; max_step_rows: the most decode
-// rows one step of the command has), refusing what is not yet verified on that device.
+// rows one step of the command has; the host kernels' ISA for tiering from the device flags).
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows);
 // load_mtp: also the checkpoint's MTP layer (--speculative-config method mtp). With
 // --tensor-parallel-size > 1 a ParallelModel over comm_group_create()'s ranks (models/parallel_model.h);
