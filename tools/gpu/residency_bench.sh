@@ -3,8 +3,9 @@
 # tools/gpu/pack.sh. For a model MODEL (config:layers, default Qwen3-235B-A22B:94) it runs
 # `moet bench` with every expert resident, then with the cache at each of SLOTS (expert counts,
 # space-separated) for each routing of ROUTINGS (default "uniform zipf:1.0"), each with EXTRA
-# (more bench flags, e.g. "--gpu-memory-limit 32 --expert-store arena --pack-dir /tmp/p"), each
-# run killed after MOET_RB_LIMIT seconds (default 150), and the pinned host-to-device ceiling once
+# (more bench flags, e.g. "--gpu-memory-limit 32 --expert-store arena --pack-dir /tmp/p"; with
+# SLOTS=0 the cache is sized by an --expert-cache-gb in EXTRA), RESIDENT=0 skips the resident runs
+# (a card too small for them), each run killed after MOET_RB_LIMIT seconds (default 150), and the pinned host-to-device ceiling once
 # (`moet bench` prints it as upload_gb_per_s). JSON and logs per run into RESULTS_DIR, the summary
 # table (tokens/s against resident, replayed steps, missing pairs per step, hit rate, fetch GB/s
 # against the ceiling) into RESULTS_DIR/summary.txt (also printed).
@@ -16,6 +17,7 @@ MODEL=${MODEL:-Qwen3-235B-A22B:94}
 SLOTS=${SLOTS:-3008}
 ROUTINGS=${ROUTINGS:-uniform zipf:1.0}
 EXTRA=${EXTRA:-}
+RESIDENT=${RESIDENT:-1}
 LIMIT=${MOET_RB_LIMIT:-150}
 mkdir -p "$OUT_DIR"
 source tools/gpu/carry_env.sh
@@ -31,7 +33,7 @@ run() {  # run NAME FLAGS...
 }
 for routing in $ROUTINGS; do
   tag=$(echo "$routing" | tr ':.' '__')
-  run "resident_$tag" --dummy-routing "$routing"
+  [ "$RESIDENT" = 0 ] || run "resident_$tag" --dummy-routing "$routing"
   for slots in $SLOTS; do
     # shellcheck disable=SC2086
     run "cache${slots}_$tag" --dummy-routing "$routing" --expert-cache-slots "$slots" $EXTRA
