@@ -165,11 +165,9 @@ TEST(CudaQuantMoe, W2RowsOfDecodeLikeStepsDoNotDependOnTheBatch) {
   const int64_t experts = 8, top_k = 8, hidden = 7168, inner = 2048, most = 40;
   const auto sets = quant_layer(p, ExpertFormat::w2, experts, hidden, inner);
   const auto in = p.moe_inputs(most, experts, top_k, hidden, 11);
-  const std::vector<int32_t> zeros(size_t(most), 0), positions = [&] {
-    std::vector<int32_t> v(size_t(most));
-    std::iota(v.begin(), v.end(), 0);
-    return v;
-  }();
+  const std::vector<int32_t> zeros(static_cast<size_t>(most), 0);
+  std::vector<int32_t> positions(static_cast<size_t>(most));
+  std::iota(positions.begin(), positions.end(), 0);
   const std::vector<int64_t> slots(size_t(most), 0);
   const std::vector<int32_t> table(size_t(most), 0);
   const int32_t* tables[] = {table.data()};
