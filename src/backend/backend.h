@@ -45,6 +45,10 @@ struct StepInputs {
   int64_t block_size = 0;  // of the KV caches the tables index
   int64_t vocab = 0;       // > 0: begin_step() checks every token id is in [0, vocab) (replayed
                            // steps never call embedding(), so the check cannot live there)
+  // A decode-like step (the step runner's rule, engine/step_runner.h): a backend whose kernels
+  // change with the row count picks them here as if every step had one row per sequence, so that
+  // each row's bits depend only on its own inputs (a verify row equals the decode step it replaces).
+  bool row_invariant = false;
 };
 
 // Identifies a captured forward (run_graph): every host value the caller bakes into the work it

@@ -1,6 +1,7 @@
 // The FP4 tier's step hook (experts/fp4_tier.h): the tier's manager before every step, and the
 // confidence gate after every pass. The gate judges every step that samples a token (the last
-// chunk of a prompt included): the step's confidence is the minimum over its sampling rows of
+// chunk of a prompt included): the step's confidence is the minimum over its sampling rows (a
+// speculative verify chunk's rows included: the last known token's and every draft's) of
 // the chosen signal (the largest softmax probability, or its margin over the second; both in
 // [0, 1], kernels/cpu/logit_confidence.h), computed by the forward where the whole logit rows are
 // (ForwardBatch::confidence_rows) so that steps returning only their best logits are judged the

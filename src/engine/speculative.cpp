@@ -38,6 +38,10 @@ SpeculativeConfig speculative_config_parse(const std::string& text) {
   config.method = method == "mtp" ? SpeculativeConfig::Method::mtp : SpeculativeConfig::Method::ngram;
   MOET_CHECK(j.contains("num_speculative_tokens"), "{}: 'num_speculative_tokens' is required", kFlag);
   config.num_speculative_tokens = positive_field(j, "num_speculative_tokens", 0);
+  MOET_CHECK(config.num_speculative_tokens < kRowInvariantMaxRun,
+             "{}: 'num_speculative_tokens' {} is more than {} (a verify chunk of k + 1 rows must stay a decode-like "
+             "step: docs/speculative.md)",
+             kFlag, config.num_speculative_tokens, kRowInvariantMaxRun - 1);
   if (config.method == SpeculativeConfig::Method::ngram) {
     config.prompt_lookup_max = positive_field(j, "prompt_lookup_max", 5);
     config.prompt_lookup_min = positive_field(j, "prompt_lookup_min", 1);

@@ -47,6 +47,11 @@ class ResidencyHook final : public StepHook {
 
 }  // namespace
 
+bool row_invariant_step(const StepPlan& plan) {
+  return std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                     [](const ScheduledChunk& chunk) { return chunk.count <= kRowInvariantMaxRun; });
+}
+
 StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size, std::span<const KvLayerSpec> specs)
     : model_(model),
       cache_(model.kv_cache_create(specs.empty() ? model.kv_layer_specs() : specs, blocks, block_size)),
@@ -68,6 +73,7 @@ ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) c
   const int64_t bs = cache_.block_size;
   batch.top_k = plan.top_logits;
   batch.mtp_hidden = plan.mtp_hidden;
+  batch.row_invariant = row_invariant_step(plan);
   const int64_t shift = plan.mtp_hidden ? 1 : 0;  // a draft step reads the token after each position
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];
@@ -115,11 +121,13 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
   MOET_CHECK(!plan.chunks.empty(), "step plan without chunks");
   StepOutcome outcome;
   ForwardBatch batch = batch_for(plan, outcome);
-  if (gate_ && !plan.mtp_hidden && gate_->judges_step()) {  // each sampling chunk's last logit row
+  // The gate judges every logit row the engine samples: a chunk's row at its sequence's last known
+  // token and, in a verify chunk, the rows of its drafts.
+  if (gate_ && !plan.mtp_hidden && gate_->judges_step()) {
     for (size_t i = 0; i < outcome.logit_chunks.size(); ++i) {
-      const int32_t c = outcome.logit_chunks[i];
-      const bool last = i + 1 == outcome.logit_chunks.size() || outcome.logit_chunks[i + 1] != c;
-      if (last && plan.chunks[size_t(c)].samples()) batch.confidence_rows.push_back(int32_t(i));
+      const Sequence& seq = *plan.chunks[size_t(outcome.logit_chunks[i])].seq;
+      const int64_t first_sampled = int64_t(seq.tokens.size()) - 1 - seq.num_draft_tokens;
+      if (batch.positions[size_t(batch.logit_rows[i])] >= first_sampled) batch.confidence_rows.push_back(int32_t(i));
     }
   }
   // One row per sequence, each returning its logits: a decode step, whose shape recurs. Draft

@@ -10,6 +10,13 @@
 // A plan may also be a draft step of the model's MTP layer (StepPlan::mtp_hidden: speculative
 // decoding, engine/speculative.h), run through the same loop and hooks.
 //
+// Decode-like steps (row_invariant_step(): every chunk at most kRowInvariantMaxRun rows: decode
+// steps, speculative verify steps [last token, k drafts] and MTP draft steps) are marked
+// ForwardBatch::row_invariant, for which a backend picks its kernels as for one row per sequence:
+// each row's bits then depend only on its own inputs, so a verify row equals the decode step it
+// replaces and a decode row does not change with the batch. Steps with a longer chunk (prefill)
+// keep the kernels sized to their rows (docs/design.md, "Numerics").
+//
 // Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
 // CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit,
 // hidden and confidence rows and the top-logits width (the backend adds rows, sequences and
@@ -31,6 +38,13 @@
 namespace moet {
 
 class ConfidenceGate;
+
+// The longest chunk of a decode-like step: one verify chunk of the largest speculative k + 1.
+constexpr int64_t kRowInvariantMaxRun = 16;
+
+// Whether the runner marks `plan` row-invariant (ForwardBatch::row_invariant): every chunk computes
+// at most kRowInvariantMaxRun rows.
+bool row_invariant_step(const StepPlan& plan);
 
 enum class StepDecision { done, again };
 

@@ -132,7 +132,8 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
   for (int64_t slot : batch.slots)
     MOET_CHECK(slot >= 0 && slot < cache.blocks * cache.block_size, "KV slot {} outside the cache", slot);
   backend_.begin_step({rows, batch.tokens.data(), batch.positions.data(), batch.row_seq.data(), batch.slots.data(),
-                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab});
+                       int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab,
+                       batch.row_invariant});
   MOET_CHECK(!batch.mtp_hidden || mtp_, "forward: a draft step on a model loaded without its MTP layer");
   const auto body = [&] { return batch.mtp_hidden ? mtp_body(batch, cache) : forward_body(batch, cache); };
   const Tensor packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();

@@ -41,6 +41,9 @@ struct ForwardBatch {
   // everything the forward bakes into its launches besides the step inputs (the step runner
   // builds it). Null: eager. Results are the same either way.
   const GraphKey* graph = nullptr;
+  // A decode-like step (StepInputs::row_invariant): each row's results must not depend on the
+  // other rows of the step (the step runner sets it; engine/step_runner.h says when).
+  bool row_invariant = false;
   // Set for a draft step: the rows run the model's MTP layer instead of the decoder stack. Each
   // row's token is the one after the row's position, and mtp_hidden [rows, hidden] holds each
   // row's hidden state after the final norm (the target model's at that position, or the MTP

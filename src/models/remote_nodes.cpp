@@ -149,6 +149,7 @@ void RemoteNodes::forward(int64_t cache, const ForwardBatch& batch) {
   w.put(batch.top_k);
   w.put(batch.hidden_rows);
   w.put(batch.confidence_rows);
+  w.put(uint8_t(batch.row_invariant));
   w.put(uint8_t(batch.graph != nullptr));
   if (batch.graph) w.put(batch.graph->values);
   send(w.bytes());
@@ -194,6 +195,7 @@ void follow_node0(Model& model, NodeLink& node0) {
         batch.top_k = r.get<int64_t>();
         batch.hidden_rows = r.get_vector<int32_t>();
         batch.confidence_rows = r.get_vector<int32_t>();
+        batch.row_invariant = r.get<uint8_t>() != 0;
         GraphKey key;
         if (r.get<uint8_t>() != 0) {
           key.values = r.get_vector<int64_t>();

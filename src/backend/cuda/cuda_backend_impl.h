@@ -187,7 +187,7 @@ class CudaBackend final : public Backend, public BenchOps {
   static bool is_bf16(const Tensor& t);
   // The GEMV weight type of a matmul weight (BF16, F32 or FP8-block with its scales).
   static cuda::GemvWeights gemv_weights(const Tensor& w);
-  static cuda::GemvArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
+  cuda::GemvArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const;
   bool takes_gemm(const cuda::GemvArgs& a, int part);
   bool gemm_ready();
   Tensor split_activations(const Tensor& x);

@@ -59,23 +59,25 @@ void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tenso
 }
 
 // The launch arguments of y = x @ w^T (+ bias), after checking the shapes.
-cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+cuda::GemvArgs CudaBackend::matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const {
   const int64_t k = x.cols(), n = w.dim(0), rows = x.rows();
   MOET_CHECK(w.dim(1) == k && y.cols() == n && y.rows() == rows, "matmul shape mismatch: x [{}, {}] w [{}, {}]",
              rows, k, n, w.dim(1));
   const float* b = bias && !bias->empty() ? bias->as<float>() : nullptr;
-  GemvArgs a{x.as<float>(), k, 0, gemv_weights(w), rows, k, {}, 1};
+  GemvArgs a{x.as<float>(), k, 0, gemv_weights(w), rows, k, {}, 1, step_.row_invariant};
   a.parts[0] = {w.data, 0, b, y.as<float>(), n, 0, n, 1, w.block_scales ? w.block_scales->as<float>() : nullptr};
   return a;
 }
 
 // Whether a product runs on the tensor cores (dense_gemm.h): at least gemm_min_rows_ rows of BF16
-// or FP8-block weights that cuBLASLt takes. Fewer rows, F32 weights and the rest run on the GEMV
-// (gemv.h).
+// or FP8-block weights that cuBLASLt takes, outside decode-like steps (StepInputs::row_invariant:
+// cuBLASLt's bits for a row may depend on the row count). Fewer rows, F32 weights, decode-like
+// steps and the rest run on the GEMV (gemv.h).
 bool CudaBackend::takes_gemm(const GemvArgs& a, int part) {
   const GemvPart& p = a.parts[part];
   const bool fp8 = a.weights == GemvWeights::fp8_block;
-  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && (a.weights == GemvWeights::bf16 || fp8) &&
+  return gemm_min_rows_ > 0 && a.rows >= gemm_min_rows_ && !a.row_invariant &&
+         (a.weights == GemvWeights::bf16 || fp8) &&
          a.x_row_stride == a.k && DenseGemm::supports(p.w, p.bias, p.y, a.k) && gemm_ready() &&
          (!fp8 || gemm_->fp8_tile_rows(a.k) > 0);
 }
@@ -222,8 +224,9 @@ void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v
 // bits either way: attention.h) get partials scratch and the persistent zeroed counters.
 // Eager steps with runs of consecutive positions (prefill, chunked prefill, the prefill part of
 // mixed steps) attend those rows on the tensor cores (prefill_attention.h) when it serves the
-// cache, and the step's other rows with attention_launch; captured steps (decode) never do, so a
-// decode row's bits do not depend on whether its step is captured.
+// cache, and the step's other rows with attention_launch; captured steps (decode) and decode-like
+// ones (StepInputs::row_invariant: verify and draft steps) never do, so a decode row's bits do not
+// depend on whether its step is captured, nor a verify row's on the run it belongs to.
 void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                             Tensor& out) {
   const PagedKv& view = cache.view;
@@ -323,7 +326,8 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
   Tensor act = w2 ? Tensor{} : alloc({items, inner});
   Tensor x_split = w2 ? alloc({rows, 3 * hidden_padded / 2}) : Tensor{};      // BF16 pairs in F32 slots
   Tensor act_split = w2 ? alloc({items, 3 * inner_padded / 2}) : Tensor{};
-  const W2Scratch w2_scratch = w2 ? moe_w2_scratch(rows, top_k, experts, hidden, inner) : W2Scratch{};
+  const W2Scratch w2_scratch =
+      w2 ? moe_w2_scratch(rows, top_k, experts, hidden, inner, step_.row_invariant) : W2Scratch{};
   Tensor passes = w2 ? alloc({w2_scratch.passes * int64_t(sizeof(W2Pass) / sizeof(int32_t))}, DType::i32) : Tensor{};
   Tensor tile_done = w2 ? alloc({w2_scratch.tile_counters}, DType::i32) : Tensor{};
   Tensor partial = w2 ? alloc({w2_scratch.partial_floats}) : Tensor{};
@@ -341,6 +345,7 @@ void CudaBackend::moe_pass(const Tensor& x, const ExpertSet& set, ExpertFormat f
                      static_cast<uint32_t*>(tile_done.data), static_cast<float*>(partial.data),
                      w2_scratch.tile_counters, w2_scratch.pass_items, nullptr, nullptr};
   args.swiglu_limit = set.layout.swiglu_limit;
+  args.whole_tile_blocks = step_.row_invariant;
   if (host) {
     moe_with_host(args, *host);
   } else {
@@ -362,7 +367,7 @@ void CudaBackend::head_matmul(const Tensor& x, int64_t heads, int64_t x_stride, 
                               int64_t y_stride) {
   const int64_t n = w.dim(1), k = w.dim(2), rows = x.numel() / (heads * x_stride);
   GemvArgs a{x.as<float>(), heads * x_stride, x_stride, is_bf16(w) ? GemvWeights::bf16 : GemvWeights::f32, rows, k,
-             {}, 1};
+             {}, 1, step_.row_invariant};
   a.parts[0] = {w.data, n * k, nullptr, y.as<float>(), heads * y_stride, y_stride, n, heads};
   gemv_launch(a, stream_);
   check_launch("head_matmul", [&] { return fmt::format("head_matmul[heads={},n={},k={}]", heads, n, k); });

@@ -53,7 +53,9 @@ void CudaBackend::begin_step(const StepInputs& step) {
   prefill_runs_.clear();
   prefill_other_rows_.clear();
   prefill_tile_rows_ = prefill_tiles_ = 0;
-  for (int64_t t = 0, end; t < step.rows; t = end) {  // runs: one sequence, consecutive positions
+  // Runs (one sequence, consecutive positions) for the prefill attention kernel; a decode-like
+  // step (StepInputs::row_invariant) has none: its rows all take the decode kernel.
+  for (int64_t t = 0, end; t < step.rows && !step.row_invariant; t = end) {
     for (end = t + 1; end < step.rows && step.row_seq[end] == step.row_seq[t] &&
                       step.positions[end] == step.positions[end - 1] + 1;)
       ++end;
@@ -67,7 +69,8 @@ void CudaBackend::begin_step(const StepInputs& step) {
   int64_t stride = 1;
   while (stride < max_blocks) stride *= 2;
   step_ = step;
-  if (gemm_min_rows_ > 0 && step.rows >= gemm_min_rows_) gemm_ready();  // before any capture of the step
+  // Before any capture of the step (decode-like steps never take the GEMM).
+  if (gemm_min_rows_ > 0 && step.rows >= gemm_min_rows_ && !step.row_invariant) gemm_ready();
   table_stride_ = stride;
   slots_offset_ = (size_t(3 * step.rows) * sizeof(int32_t) + 7) / 8 * 8;
   tables_offset_ = slots_offset_ + size_t(step.rows) * sizeof(int64_t);
@@ -142,7 +145,8 @@ void CudaBackend::upload_prefill_tiles(int64_t tile_rows) {
 Tensor CudaBackend::run_graph(const GraphKey& key, const std::function<Tensor()>& body) {
   if (!graphs_enabled_ || capturing_ || !step_device_) return body();
   GraphKey full = key;
-  full.values.insert(full.values.end(), {step_.rows, step_.sequences, table_stride_, step_.block_size});
+  full.values.insert(full.values.end(),
+                     {step_.rows, step_.sequences, table_stride_, step_.block_size, int64_t(step_.row_invariant)});
   const auto name = [this] { return fmt::format("cuda_graph[rows={}]", step_.rows); };
   if (auto it = graphs_.find(full); it != graphs_.end()) {
     if (!it->second.exec) return body();

@@ -35,6 +35,10 @@ struct GemvArgs {
   int64_t rows, k;
   GemvPart parts[kGemvMaxParts];
   int part_count;
+  // A decode-like step's product (StepInputs::row_invariant): the tensor cores take the parts
+  // their shape suits from one row on (gemv_mma.h), so a row's kernel, and its bits, do not
+  // depend on the row count.
+  bool row_invariant = false;
 };
 
 // Whether the 16-byte vector path applies to these pointers and strides.

@@ -365,7 +365,7 @@ bool gemv_mma_takes(const GemvArgs& a, const GemvPart& part) {
   const bool shape = a.weights == GemvWeights::bf16 ? a.k % Bf16Weights::kStepK == 0
                      : a.weights == GemvWeights::fp8_block ? a.k % Fp8Weights::kStepK == 0 && part.batch == 1
                                                            : false;
-  return shape && a.rows >= kGemvMmaMinRows && a.rows <= MOET_GEMV_MMA_MAX_ROWS &&
+  return shape && (a.rows >= kGemvMmaMinRows || a.row_invariant) && a.rows <= MOET_GEMV_MMA_MAX_ROWS &&
          part.n * part.batch >= kGemvMmaMinColumns;
 }
 

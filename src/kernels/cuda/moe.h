@@ -105,6 +105,9 @@ struct MoeArgs {
   const float* host_results;
   const int32_t* host_valid;
   float swiglu_limit = 0.0f;  // > 0: DeepSeek-V4's SwiGLU clamp in the gate_up epilogue
+  // W2: each tile block of a pass is summed by one warp, whatever the batch (a decode-like step,
+  // StepInputs::row_invariant: an item's bits then depend only on its own row; moe_w2.cu).
+  bool whole_tile_blocks = false;
 };
 
 void moe_launch(const MoeArgs& a, cudaStream_t stream);

@@ -14,12 +14,17 @@
 //            fetched a unit ahead at batch <= 2). A tile block that one warp covers alone is
 //            written out by that warp; one shared by several warps gets each one's partial sums
 //            in a scratch slot, and the warp that finishes last (a per-block counter, counted
-//            with release/acquire order) adds them in warp order and writes it.
+//            with release/acquire order) adds them in warp order and writes it. In a decode-like
+//            step (MoeArgs::whole_tile_blocks) the ranges are whole tile blocks, so every block
+//            is one warp's, its chunks summed in order whatever the batch.
 //            gate_up ends with SiLU-and-mul, written already split for down; down writes each
 //            item's output rows for moe.cu's fixed-order combine, its first units fetched before
 //            it waits for gate_up.
 // Every sum has a fixed order (chunks ascending within a warp, warps ascending within a tile,
-// then (hi + mid) + lo) and the partition depends only on the grid: bit-identical reruns.
+// then (hi + mid) + lo) and the partition depends only on the grid and the step's passes:
+// bit-identical reruns. An item's bits depend on the batch only through where the partition cuts
+// its tile blocks (an MMA's output column depends only on its own B column, so neither the pass
+// size nor an item's pass-mates change them): with whole tile blocks they do not.
 #include "kernels/cuda/moe_w2.h"
 
 #include "kernels/cuda/arrival_count.cuh"
@@ -141,12 +146,16 @@ __device__ __forceinline__ void write_outputs(const MoeArgs& a, const float (&ac
   }
 }
 
-// The split of the flat chunk range [0, units) into `workers` contiguous ranges, worker w taking
-// [start(w), start(w + 1)); units >= workers, so none is empty.
+// The split of the flat chunk range [0, units) into `workers` contiguous ranges of whole runs of
+// `grain` chunks (1, or a tile block's chunks: MoeArgs::whole_tile_blocks), worker w taking
+// [start(w), start(w + 1)); units / grain >= workers, so none is empty.
 struct Partition {
-  int64_t units, workers;
-  __device__ __forceinline__ int64_t start(int64_t w) const { return w * units / workers; }
-  __device__ __forceinline__ int64_t worker_of(int64_t u) const { return ((u + 1) * workers + units - 1) / units - 1; }
+  int64_t units, workers, grain;
+  __device__ __forceinline__ int64_t runs() const { return units / grain; }
+  __device__ __forceinline__ int64_t start(int64_t w) const { return w * runs() / workers * grain; }
+  __device__ __forceinline__ int64_t worker_of(int64_t u) const {
+    return ((u / grain + 1) * workers + runs() - 1) / runs() - 1;
+  }
 };
 
 // One unit of work in flight: one chunk of the R tiles of a block, a lane's share.
@@ -290,9 +299,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSm<P>) w2_pr
   const W2ProductShape shape = w2_product_shape(a, kGateUp);
   const int tiles = int(shape.tiles), chunks = int(shape.chunks), blocks = (tiles + R - 1) / R;
   const int per_pass = blocks * chunks;
-  const int64_t units = int64_t(a.active_count[1]) * per_pass;
+  const int64_t units = int64_t(a.active_count[1]) * per_pass, grain = a.whole_tile_blocks ? chunks : 1;
   const int64_t launched = int64_t(gridDim.x) * kWarpsPerBlock;
-  const Partition part{units, units < launched ? units : launched};
+  const Partition part{units, units / grain < launched ? units / grain : launched, grain};
   const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (warp >= part.workers) return;
   const int64_t u0 = part.start(warp), u1 = part.start(warp + 1);
@@ -409,9 +418,10 @@ int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts) {
   return best_pass_items(rows, top_k, experts, kOptions) / 2;
 }
 
-W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner) {
+W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner,
+                         bool row_invariant) {
   const int64_t items = rows * top_k;
-  if (items >= kW2PrefillMinItemsPerExpert * experts && w2_prefill_fits())
+  if (!row_invariant && items >= kW2PrefillMinItemsPerExpert * experts && w2_prefill_fits())
     return {std::min(items, experts) + items / kW2PrefillPassItems + 1, 0, 0, kW2PrefillPassItems};
   const int64_t pairs = w2_pairs_per_pass(rows, top_k, experts);
   const int64_t passes = std::min(items, experts) + items / (2 * pairs) + 1;

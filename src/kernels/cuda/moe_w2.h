@@ -13,12 +13,16 @@ namespace moet::cuda {
 // over many experts (most active experts get one item), 4 for large batches.
 int w2_pairs_per_pass(int64_t rows, int64_t top_k, int64_t experts);
 
-// Scratch sizes of the W2 fields of MoeArgs for a batch of `rows` (moe.h).
+// Scratch sizes of the W2 fields of MoeArgs for a batch of `rows` (moe.h), and the product
+// kernels' pass size: the prefill kernels' (moe_w2_prefill.h) when experts average enough items,
+// except in a decode-like step (row_invariant: the decode kernels, whose bits for an item do not
+// depend on the batch when MoeArgs::whole_tile_blocks is set).
 struct W2Scratch {
   int64_t passes, tile_counters, partial_floats;
   int32_t pass_items;
 };
-W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner);
+W2Scratch moe_w2_scratch(int64_t rows, int64_t top_k, int64_t experts, int64_t hidden, int64_t inner,
+                         bool row_invariant);
 
 void moe_w2_launch(const MoeArgs& a, cudaStream_t stream);
 

@@ -7,7 +7,8 @@
 // multiples of 32 that leave
 // lanes idle (blocks per row not a multiple of 32 or 64); plus run-to-run bit-identity. Results
 // agree within FP32 rounding (the GPU sums a block's 32 products in another order than the CPU).
-// Absent experts (null table entries) contribute exactly nothing, bit for bit.
+// Absent experts (null table entries) contribute exactly nothing, bit for bit. In a decode-like
+// step a row's W2 output does not depend on the batch (memcmp).
 // GPU cases skip with a message when no GPU is visible; the pass-size choice and the W2 tile
 // layout's index arithmetic are host code and always run.
 #include "gpu_test_util.h"
@@ -131,7 +132,8 @@ constexpr MoeShape kMoeShapes[] = {
 
 // Whether W2 runs a shape on the prefill kernels (needs the GPU's shared-memory limit).
 bool w2_prefill(const MoeShape& s) {
-  return cuda::moe_w2_scratch(s.rows, s.top_k, s.experts, s.hidden, s.inner).pass_items == cuda::kW2PrefillPassItems;
+  return cuda::moe_w2_scratch(s.rows, s.top_k, s.experts, s.hidden, s.inner, false).pass_items ==
+         cuda::kW2PrefillPassItems;
 }
 
 class CudaQuantMoe : public ::testing::TestWithParam<ExpertFormat> {};
@@ -150,6 +152,40 @@ TEST_P(CudaQuantMoe, AbsentExpertsContributeNothing) {
   for (const MoeShape& s : {MoeShape{8, 2, 64, 32, 1}, MoeShape{8, 2, 64, 32, 8}, MoeShape{16, 8, 256, 96, 40},
                             MoeShape{8, 2, 256, 96, 300}, MoeShape{8, 8, 2048, 768, 64}})
     check_absent_experts(GetParam(), s.experts, s.top_k, s.hidden, s.inner, s.rows);
+}
+
+// In a decode-like step (StepInputs::row_invariant) a row's W2 output depends only on its own row:
+// DeepSeek-V3's expert shape, whose tile blocks are longer than the grid's warps can each take
+// whole at batch 1 (so the plain partition cuts them where the step's passes put the cut), at 1,
+// 3 and 8 rows (8, 16 and 32 passes) and at 40 (past the prefill kernels' threshold), each memcmp-
+// equal to the first rows of the 40-row step.
+TEST(CudaQuantMoe, W2RowsOfDecodeLikeStepsDoNotDependOnTheBatch) {
+  MOET_SKIP_WITHOUT_GPU();
+  BackendPair p;
+  const int64_t experts = 8, top_k = 8, hidden = 7168, inner = 2048, most = 40;
+  const auto sets = quant_layer(p, ExpertFormat::w2, experts, hidden, inner);
+  const auto in = p.moe_inputs(most, experts, top_k, hidden, 11);
+  const std::vector<int32_t> zeros(static_cast<size_t>(most), 0);
+  std::vector<int32_t> positions(static_cast<size_t>(most));
+  std::iota(positions.begin(), positions.end(), 0);
+  const std::vector<int64_t> slots(size_t(most), 0);
+  const std::vector<int32_t> table(size_t(most), 0);
+  const int32_t* tables[] = {table.data()};
+  const auto first_rows = [&](const Tensor& t, int64_t rows) {
+    return Tensor{t.dtype, {rows, t.dim(1)}, t.storage, t.data};
+  };
+  const auto run = [&](int64_t rows) {
+    p.gpu->begin_step({rows, zeros.data(), positions.data(), zeros.data(), slots.data(), 1, tables, 1, 0, true});
+    Tensor out = p.gpu->alloc({rows, hidden});
+    p.gpu->moe_experts(first_rows(in.x.second, rows), sets.second, first_rows(in.ids.second, rows),
+                       first_rows(in.weights.second, rows), out);
+    return host(*p.gpu, out);
+  };
+  const std::vector<float> all = run(most);
+  for (const int64_t rows : {1, 3, 8}) {
+    const std::vector<float> some = run(rows);
+    EXPECT_EQ(0, std::memcmp(some.data(), all.data(), some.size() * sizeof(float))) << rows << " rows";
+  }
 }
 
 // The pass sizes follow the expected items per expert: one item (pair) per pass at decode with

@@ -2,10 +2,12 @@
 // cli/speculative_options.cpp can be lifted. Not yet run on a GPU; it skips where none is visible.
 //  - A verify step's logit rows are bit-identical (memcmp) to the plain decode steps' at the same
 //    positions: row 0 to the decode step of the same position, row i to the decode step i
-//    positions later (the drafts being the greedy tokens), for 1 and 4 sequences and k = 1, 2, 3,
-//    on the deepseek_v3 fixture and models/tiny. This is what keeps greedy output unchanged; it
-//    needs the row-count bands of docs/design.md "Numerics" not to split a decode step from its
-//    verify step (see docs/speculative.md for what must change).
+//    positions later (the drafts being the greedy tokens), for 1, 2, 3, 4, 5, 8, 12 and 32
+//    sequences and k = 1, 2, 3, on the deepseek_v3 fixture and models/tiny. This is what keeps
+//    greedy output unchanged; it holds because the runner marks both kinds of step decode-like
+//    (engine/step_runner.h), for which the backend picks its kernels whatever the row count
+//    (docs/design.md "Numerics", docs/speculative.md "CUDA").
+//  - A long prompt chunk still takes cuBLASLt; a verify step of 32 rows does not.
 //  - The MTP layer's draft logits on CUDA are within 2e-3 of the CPU backend's, same argmax.
 //  - Greedy output through the engine with k = 1, 2, 3 equals the output without speculation.
 #include "gpu_test_util.h"
@@ -14,6 +16,7 @@
 #include "engine/sequence_batch.h"
 #include "io/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace moet::test {
@@ -38,44 +41,90 @@ std::unique_ptr<Model> load_mtp(const Checkpoint& checkpoint, Backend& backend) 
 
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, size_t(n) * sizeof(float)) == 0; }
 
+// Prompts of `prompt` tokens for `batch` sequences, their greedy decode steps at positions prompt
+// .. prompt + 3 (graphs as in serving), then verify steps of k = 1, 2, 3 drafts (the greedy tokens)
+// for every sequence: each verify row memcmp-equal to the decode step at its position.
+void expect_verify_rows_equal_decode_steps(Model& model, int64_t batch, const std::string& name) {
+  const int64_t vocab = model.config().vocab_size, prompt = 9, k_max = 3;
+  SequenceBatch sequences(model, batch, prompt + k_max + 1, 4);
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t i = 0; i < prompt; ++i) sequences.sequence(s).tokens.push_back(int32_t((i * 37 + s * 11) % 500 + 3));
+    const std::vector<float> logits = sequences.run_rows(s, 0, prompt, ChunkRows::last).output.logits;
+    sequences.sequence(s).tokens.push_back(argmax(logits.data(), vocab));
+  }
+  std::vector<std::vector<float>> decoded;
+  for (int64_t i = 0; i <= k_max; ++i) {
+    decoded.push_back(sequences.decode(prompt + i).output.logits);
+    for (int64_t s = 0; s < batch; ++s)
+      if (Sequence& seq = sequences.sequence(s); int64_t(seq.tokens.size()) == prompt + i + 1)
+        seq.tokens.push_back(argmax(decoded.back().data() + s * vocab, vocab));
+  }
+  for (int64_t k = 1; k <= k_max; ++k) {
+    StepPlan plan;
+    for (int64_t s = 0; s < batch; ++s) plan.chunks.push_back({&sequences.sequence(s), prompt, k + 1, ChunkRows::all});
+    plan.num_tokens = batch * (k + 1);
+    ASSERT_TRUE(row_invariant_step(plan));
+    const std::vector<float> verify = sequences.runner().run(plan).output.logits;
+    ASSERT_EQ(verify.size(), size_t(batch * (k + 1) * vocab));
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t i = 0; i <= k; ++i)
+        EXPECT_TRUE(same_bits(verify.data() + (s * (k + 1) + i) * vocab, decoded[size_t(i)].data() + s * vocab, vocab))
+            << name << ": batch " << batch << ", k " << k << ", sequence " << s << ", verify row " << i;
+  }
+}
+
+// Batches whose decode and verify steps straddle every band of the row-count dispatch: 1-3 rows
+// (CUDA-core GEMV), 4-15 (tensor-core GEMV), 16 and more (cuBLASLt), more than 32, and the W2
+// prefill kernels' threshold (32 items per expert: 128 verify rows at batch 32 on both models).
 TEST(CudaSpeculative, VerifyRowsAreBitIdenticalToDecodeSteps) {
   MOET_SKIP_WITHOUT_GPU();
   for (const Case& c : cases()) {
     const Checkpoint checkpoint = Checkpoint::open(c.dir);
     auto backend = cuda_backend_create({});
     auto model = load_mtp(checkpoint, *backend);
-    const int64_t vocab = model->config().vocab_size, prompt = 9, k_max = 3;
-    for (const int64_t batch : {int64_t(1), int64_t(4)}) {
-      SequenceBatch sequences(*model, batch, prompt + k_max + 1, 4);
-      for (int64_t s = 0; s < batch; ++s) {
-        for (int64_t i = 0; i < prompt; ++i)
-          sequences.sequence(s).tokens.push_back(int32_t((i * 37 + s * 11) % 500 + 3));
-        const std::vector<float> logits = sequences.run_rows(s, 0, prompt, ChunkRows::last).output.logits;
-        sequences.sequence(s).tokens.push_back(argmax(logits.data(), vocab));
-      }
-      // Greedy decode steps at positions prompt .. prompt + k_max (graphs as in serving).
-      std::vector<std::vector<float>> decoded;
-      for (int64_t i = 0; i <= k_max; ++i) {
-        decoded.push_back(sequences.decode(prompt + i).output.logits);
-        for (int64_t s = 0; s < batch; ++s)
-          if (Sequence& seq = sequences.sequence(s); int64_t(seq.tokens.size()) == prompt + i + 1)
-            seq.tokens.push_back(argmax(decoded.back().data() + s * vocab, vocab));
-      }
-      for (int64_t k = 1; k <= k_max; ++k) {
-        StepPlan plan;
-        for (int64_t s = 0; s < batch; ++s)
-          plan.chunks.push_back({&sequences.sequence(s), prompt, k + 1, ChunkRows::all});
-        plan.num_tokens = batch * (k + 1);
-        const std::vector<float> verify = sequences.runner().run(plan).output.logits;
-        ASSERT_EQ(verify.size(), size_t(batch * (k + 1) * vocab));
-        for (int64_t s = 0; s < batch; ++s)
-          for (int64_t i = 0; i <= k; ++i)
-            EXPECT_TRUE(
-                same_bits(verify.data() + (s * (k + 1) + i) * vocab, decoded[size_t(i)].data() + s * vocab, vocab))
-                << c.name << ": batch " << batch << ", k " << k << ", sequence " << s << ", verify row " << i;
-      }
-    }
+    for (const int64_t batch : {1, 2, 3, 4, 5, 8, 12, 32}) expect_verify_rows_equal_decode_steps(*model, batch, c.name);
   }
+}
+
+// The profile names of the ops since the last take_profile().
+std::vector<std::string> op_names(Backend& backend) {
+  std::vector<std::string> names;
+  for (const OpProfile& op : bench_ops(backend).take_profile()) names.push_back(op.op);
+  return names;
+}
+
+// How many of `names` start with `prefix`: "gemm" (cuBLASLt: "gemm[...]", "gemm_group[...]"),
+// "matmul" (the GEMV: "matmul[...]", "matmul_group[...]").
+int64_t named(const std::vector<std::string>& names, const std::string& prefix) {
+  return std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+}
+
+// A prompt chunk longer than kRowInvariantMaxRun keeps cuBLASLt; a verify step of more rows than
+// that (8 sequences, k = 3: 32 rows) takes none of it. Each profile is read before the next
+// begin_step.
+TEST(CudaSpeculative, PrefillTakesTheGemmVerifyStepsDoNot) {
+  MOET_SKIP_WITHOUT_GPU();
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "models" / "tiny");
+  auto backend = cuda_backend_create({});
+  auto model = load_mtp(checkpoint, *backend);
+  const int64_t prompt = 40, batch = 8, k = 3;
+  SequenceBatch sequences(*model, batch, prompt + k + 1, 4);
+  bench_ops(*backend).set_profiling(true);
+  for (int64_t s = 0; s < batch; ++s) {
+    Sequence& seq = sequences.sequence(s);
+    for (int64_t i = 0; i < prompt; ++i) seq.tokens.push_back(int32_t((i * 53 + s * 7) % 500 + 3));
+    op_names(*backend);  // drops what came before the step
+    sequences.run_rows(s, 0, prompt, ChunkRows::last);
+    EXPECT_GT(named(op_names(*backend), "gemm"), 0) << "prompt of sequence " << s;
+    seq.tokens.insert(seq.tokens.end(), {5, 6, 7, 8});  // the last token and three drafts
+  }
+  StepPlan plan;
+  for (int64_t s = 0; s < batch; ++s) plan.chunks.push_back({&sequences.sequence(s), prompt, k + 1, ChunkRows::all});
+  plan.num_tokens = batch * (k + 1);
+  sequences.runner().run(plan);
+  const std::vector<std::string> verify = op_names(*backend);
+  EXPECT_EQ(named(verify, "gemm"), 0);
+  EXPECT_GT(named(verify, "matmul"), 0);
 }
 
 TEST(CudaSpeculative, MtpDraftLogitsMatchCpu) {

@@ -9,12 +9,15 @@
 // (so each step's logits after rejected drafts equal the non-speculative run's: rejected KV is
 // discarded); stop ids, stop strings and max_tokens cut inside an accepted run; seeded sampling
 // gives the tokens of a run without speculation; a prefix hit across a block boundary keeps only
-// the blocks whose MTP entries hold and gives the drafts of an uncached run.
+// the blocks whose MTP entries hold and gives the drafts of an uncached run. Decode-like steps
+// (engine/step_runner.h): the rule, and which steps of an MTP run the runner marks row-invariant
+// (verify, decode and draft steps, not prompts); the FP4 confidence gate judges every verify row.
 #include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/speculative.h"
+#include "experts/fp4_tier.h"
 #include "io/checkpoint.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +28,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 
 namespace moet {
 namespace {
@@ -37,6 +41,7 @@ TEST(SpeculativeConfig, ParsesVllmSyntax) {
   const SpeculativeConfig mtp = speculative_config_parse(R"({"method":"mtp","num_speculative_tokens":3})");
   EXPECT_EQ(mtp.method, SpeculativeConfig::Method::mtp);
   EXPECT_EQ(mtp.num_speculative_tokens, 3);
+  EXPECT_EQ(speculative_config_parse(R"({"method":"mtp","num_speculative_tokens":15})").num_speculative_tokens, 15);
   const SpeculativeConfig ngram =
       speculative_config_parse(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":4})");
   EXPECT_EQ(ngram.method, SpeculativeConfig::Method::ngram);
@@ -52,6 +57,7 @@ TEST(SpeculativeConfig, BadConfigsNameTheFlagAndTheField) {
       {R"({"method":"mtp","num_speculative_tokens":-2})", "'num_speculative_tokens' must be an integer >= 1"},
       {R"({"method":"mtp","num_speculative_tokens":"2"})", "'num_speculative_tokens' must be an integer >= 1"},
       {R"({"method":"mtp"})", "'num_speculative_tokens' is required"},
+      {R"({"method":"mtp","num_speculative_tokens":16})", "'num_speculative_tokens' 16 is more than 15"},
       {R"({"num_speculative_tokens":2})", "'method'"},
       {R"({"method":"mtp","num_speculative_tokens":2,"draft":1})", "unknown field 'draft'"},
       {R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":2,"prompt_lookup_min":3})",
@@ -266,9 +272,11 @@ struct Loaded {
   Checkpoint checkpoint;
   std::unique_ptr<Backend> backend = cpu_backend_create({2, test_cpu_isa()});
   std::unique_ptr<Model> model;
-  Loaded(const std::filesystem::path& dir, bool mtp) : checkpoint(Checkpoint::open(dir)) {
+  Loaded(const std::filesystem::path& dir, bool mtp, std::optional<Fp4TierConfig> tier = std::nullopt)
+      : checkpoint(Checkpoint::open(dir)) {
     ModelLoadOptions options;
     options.load_mtp = mtp;
+    options.fp4_tier = std::move(tier);
     model = model_load(checkpoint, *backend, nullptr, options);
   }
 };
@@ -499,6 +507,107 @@ TEST(SpeculativeEngine, PrefixHitsGiveTheDraftsOfAnUncachedRun) {
   EXPECT_EQ(total.accepted_tokens - after_a.accepted_tokens, b_alone.accepted_tokens);
   for (size_t i = 0; i < b_alone.accepted_per_position.size(); ++i)
     EXPECT_EQ(total.accepted_per_position[i] - after_a.accepted_per_position[i], b_alone.accepted_per_position[i]);
+}
+
+// ---------------------------------------------------------------------------------- decode-like steps
+
+// The rule (engine/step_runner.h): a step is row-invariant when every chunk has at most
+// kRowInvariantMaxRun rows (the verify chunk of the largest k), whatever else the step holds.
+TEST(RowInvariantSteps, EveryChunkAtMostTheLongestVerifyChunk) {
+  Sequence a, b;
+  a.tokens.assign(40, 5);
+  b.tokens.assign(40, 5);
+  const auto plan = [&](int64_t rows_a, int64_t rows_b) {
+    StepPlan p;
+    p.chunks.push_back({&a, 0, rows_a});
+    p.chunks.push_back({&b, 0, rows_b});
+    return p;
+  };
+  EXPECT_TRUE(row_invariant_step(plan(1, 1)));                                        // decode
+  EXPECT_TRUE(row_invariant_step(plan(4, 1)));                                        // a verify chunk, k = 3
+  EXPECT_TRUE(row_invariant_step(plan(kRowInvariantMaxRun, kRowInvariantMaxRun)));   // k = 15
+  EXPECT_FALSE(row_invariant_step(plan(1, kRowInvariantMaxRun + 1)));                // a prompt chunk beside
+  EXPECT_FALSE(row_invariant_step(plan(40, 40)));
+}
+
+// Which steps of an MTP run the runner marks, told apart by what they are (not by their size):
+// every verify, decode and chained draft step, and the MTP catch-up after a verify step; never the
+// prompts of 20 tokens nor the MTP catch-up over them.
+class StepKinds final : public StepHook {
+ public:
+  struct Count {
+    int64_t marked = 0, unmarked = 0;
+  };
+  StepDecision after_pass(const StepPlan& plan, const StepOutput&, int64_t pass) override {
+    if (pass > 0) return StepDecision::done;
+    bool prompt = false, drafts = false;
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      prompt = prompt || chunk.begin == 0;
+      drafts = drafts || chunk.seq->num_draft_tokens > 0;
+    }
+    const char* kind = plan.mtp_hidden ? (prompt ? "catch-up over prompts" : "draft")
+                       : prompt        ? "prompt"
+                       : drafts        ? "verify"
+                                       : "decode";
+    Count& count = counts[kind];
+    ++(row_invariant_step(plan) ? count.marked : count.unmarked);
+    return StepDecision::done;
+  }
+  std::map<std::string, Count> counts;
+};
+
+TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
+  std::vector<RequestParams> requests(4);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (int32_t t = 0; t < 20; ++t) requests[i].prompt.push_back(int32_t((i * 37 + size_t(t) * 11) % 500 + 3));
+    requests[i].max_tokens = 12;
+  }
+  EngineCore engine(*tiny().model, std::nullopt, engine_config(2048, 512, false, mtp_config(3)));
+  StepKinds kinds;
+  engine.runner().add_hook(&kinds);
+  run(engine, requests);
+  auto& counts = kinds.counts;
+  EXPECT_EQ(counts["prompt"].marked, 0);
+  EXPECT_EQ(counts["prompt"].unmarked, 1);  // the four prompts in one step
+  EXPECT_EQ(counts["catch-up over prompts"].marked, 0);
+  EXPECT_EQ(counts["catch-up over prompts"].unmarked, 1);
+  EXPECT_GT(counts["verify"].marked, 0);
+  EXPECT_GT(counts["draft"].marked, 0);
+  for (const char* kind : {"verify", "draft", "decode"}) EXPECT_EQ(counts[kind].unmarked, 0) << kind;
+}
+
+// The FP4 confidence gate judges every row a step samples (ARCHITECTURE.md section 6): in a
+// verify step the last known token's row and each draft's, so the forward returns the confidence
+// of 1 + drafts rows per sampling chunk.
+class SampledRows final : public StepHook {
+ public:
+  StepDecision after_pass(const StepPlan& plan, const StepOutput& output, int64_t) override {
+    int64_t sampled = 0;
+    for (const ScheduledChunk& chunk : plan.chunks)
+      if (chunk.samples()) sampled += 1 + chunk.seq->num_draft_tokens;
+    EXPECT_EQ(output.confidence.size(), size_t(2 * sampled));
+    verify_rows += sampled - int64_t(plan.chunks.size());
+    return StepDecision::done;
+  }
+  int64_t verify_rows = 0;  // beyond one per chunk
+};
+
+TEST(SpeculativeEngine, ConfidenceGateJudgesEveryVerifyRow) {
+  Fp4TierConfig tier;
+  tier.tier.slots = 8;
+  tier.tier.promote_per_step = 0;
+  tier.tier.kpi_every = 0;
+  tier.gate.tau = 1e-30;  // judged, never unsure
+  Loaded gated(kSource / "models" / "tiny", false, tier);
+  RequestParams request;
+  request.prompt = {5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6};
+  request.max_tokens = 16;
+  EngineCore engine(*gated.model, std::nullopt,
+                    engine_config(2048, 512, false, R"({"method":"ngram","num_speculative_tokens":3})"));
+  SampledRows rows;
+  engine.runner().add_hook(&rows);
+  run(engine, {request});
+  EXPECT_GT(rows.verify_rows, 0);
 }
 
 }  // namespace
