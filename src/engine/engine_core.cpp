@@ -104,7 +104,10 @@ EngineCore::EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const E
                       ? std::make_unique<Speculator>(config_.speculative, runner_, config_.num_blocks)
                       : nullptr),
       scheduler_(scheduler_config(config_, speculator_.get()), pool_),
-      sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {}
+      sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {
+  // A verify row must compute the bits of the decode step it replaces (step_runner.h).
+  runner_.set_row_invariant(speculator_ != nullptr);
+}
 
 EngineCore::~EngineCore() = default;
 

@@ -73,7 +73,7 @@ ForwardBatch StepRunner::batch_for(const StepPlan& plan, StepOutcome& outcome) c
   const int64_t bs = cache_.block_size;
   batch.top_k = plan.top_logits;
   batch.mtp_hidden = plan.mtp_hidden;
-  batch.row_invariant = row_invariant_step(plan);
+  batch.row_invariant = marks_row_invariant(plan);
   const int64_t shift = plan.mtp_hidden ? 1 : 0;  // a draft step reads the token after each position
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     const ScheduledChunk& chunk = plan.chunks[c];

@@ -10,12 +10,14 @@
 // A plan may also be a draft step of the model's MTP layer (StepPlan::mtp_hidden: speculative
 // decoding, engine/speculative.h), run through the same loop and hooks.
 //
-// Decode-like steps (row_invariant_step(): every chunk at most kRowInvariantMaxRun rows: decode
-// steps, speculative verify steps [last token, k drafts] and MTP draft steps) are marked
+// A runner set row-invariant (set_row_invariant(): the engine does when speculative decoding is
+// on) marks its decode-like steps (row_invariant_step(): every chunk at most kRowInvariantMaxRun
+// rows: decode steps, speculative verify steps [last token, k drafts] and MTP draft steps)
 // ForwardBatch::row_invariant, for which a backend picks its kernels as for one row per sequence:
 // each row's bits then depend only on its own inputs, so a verify row equals the decode step it
-// replaces and a decode row does not change with the batch. Steps with a longer chunk (prefill)
-// keep the kernels sized to their rows (docs/design.md, "Numerics").
+// replaces and a decode row does not change with the batch. Steps with a longer chunk (prefill),
+// and every step of a runner not set so, keep the kernels sized to their rows (the fastest:
+// cuBLASLt for many rows; docs/design.md, "Numerics").
 //
 // Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
 // CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit,
@@ -86,6 +88,10 @@ class StepRunner {
 
   // Hooks are asked in the order added; any `again` runs the step again.
   void add_hook(StepHook* hook) { hooks_.push_back(hook); }
+  // Marks decode-like steps row-invariant from now on (off by default).
+  void set_row_invariant(bool on) { row_invariant_ = on; }
+  // Whether `plan` runs as a row-invariant step here.
+  bool marks_row_invariant(const StepPlan& plan) const { return row_invariant_ && row_invariant_step(plan); }
   StepOutcome run(const StepPlan& plan);
 
   Model& model() { return model_; }
@@ -103,6 +109,7 @@ class StepRunner {
   Model& model_;
   KvCache cache_;
   int64_t id_;  // unique per runner in the process (graph keys)
+  bool row_invariant_ = false;
   std::unique_ptr<StepHook> residency_;  // the tiered experts' protocol (first of hooks_)
   std::unique_ptr<ConfidenceGate> gate_;  // the FP4 tier's manager and gate (next)
   std::vector<StepHook*> hooks_;

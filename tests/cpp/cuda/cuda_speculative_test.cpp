@@ -47,6 +47,7 @@ bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a
 void expect_verify_rows_equal_decode_steps(Model& model, int64_t batch, const std::string& name) {
   const int64_t vocab = model.config().vocab_size, prompt = 9, k_max = 3;
   SequenceBatch sequences(model, batch, prompt + k_max + 1, 4);
+  sequences.runner().set_row_invariant(true);  // as the engine sets it with speculative decoding
   for (int64_t s = 0; s < batch; ++s) {
     for (int64_t i = 0; i < prompt; ++i) sequences.sequence(s).tokens.push_back(int32_t((i * 37 + s * 11) % 500 + 3));
     const std::vector<float> logits = sequences.run_rows(s, 0, prompt, ChunkRows::last).output.logits;
@@ -63,7 +64,7 @@ void expect_verify_rows_equal_decode_steps(Model& model, int64_t batch, const st
     StepPlan plan;
     for (int64_t s = 0; s < batch; ++s) plan.chunks.push_back({&sequences.sequence(s), prompt, k + 1, ChunkRows::all});
     plan.num_tokens = batch * (k + 1);
-    ASSERT_TRUE(row_invariant_step(plan));
+    ASSERT_TRUE(sequences.runner().marks_row_invariant(plan));
     const std::vector<float> verify = sequences.runner().run(plan).output.logits;
     ASSERT_EQ(verify.size(), size_t(batch * (k + 1) * vocab));
     for (int64_t s = 0; s < batch; ++s)
@@ -99,9 +100,10 @@ int64_t named(const std::vector<std::string>& names, const std::string& prefix) 
   return std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
 }
 
-// A prompt chunk longer than kRowInvariantMaxRun keeps cuBLASLt; a verify step of more rows than
-// that (8 sequences, k = 3: 32 rows) takes none of it. Each profile is read before the next
-// begin_step.
+// In a row-invariant runner a prompt chunk longer than kRowInvariantMaxRun keeps cuBLASLt and a
+// verify step of more rows than that (8 sequences, k = 3: 32 rows) takes none of it; a runner not
+// set so (no speculative decoding) gives the same step to cuBLASLt. Each profile is read before the
+// next begin_step.
 TEST(CudaSpeculative, PrefillTakesTheGemmVerifyStepsDoNot) {
   MOET_SKIP_WITHOUT_GPU();
   const Checkpoint checkpoint = Checkpoint::open(kSource / "models" / "tiny");
@@ -109,6 +111,7 @@ TEST(CudaSpeculative, PrefillTakesTheGemmVerifyStepsDoNot) {
   auto model = load_mtp(checkpoint, *backend);
   const int64_t prompt = 40, batch = 8, k = 3;
   SequenceBatch sequences(*model, batch, prompt + k + 1, 4);
+  sequences.runner().set_row_invariant(true);
   bench_ops(*backend).set_profiling(true);
   for (int64_t s = 0; s < batch; ++s) {
     Sequence& seq = sequences.sequence(s);
@@ -125,6 +128,9 @@ TEST(CudaSpeculative, PrefillTakesTheGemmVerifyStepsDoNot) {
   const std::vector<std::string> verify = op_names(*backend);
   EXPECT_EQ(named(verify, "gemm"), 0);
   EXPECT_GT(named(verify, "matmul"), 0);
+  sequences.runner().set_row_invariant(false);
+  sequences.runner().run(plan);  // rewrites the same KV slots with the same rows
+  EXPECT_GT(named(op_names(*backend), "gemm"), 0);
 }
 
 TEST(CudaSpeculative, MtpDraftLogitsMatchCpu) {

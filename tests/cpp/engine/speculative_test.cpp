@@ -535,6 +535,7 @@ TEST(RowInvariantSteps, EveryChunkAtMostTheLongestVerifyChunk) {
 // prompts of 20 tokens nor the MTP catch-up over them.
 class StepKinds final : public StepHook {
  public:
+  explicit StepKinds(const StepRunner& runner) : runner_(runner) {}
   struct Count {
     int64_t marked = 0, unmarked = 0;
   };
@@ -550,22 +551,29 @@ class StepKinds final : public StepHook {
                        : drafts        ? "verify"
                                        : "decode";
     Count& count = counts[kind];
-    ++(row_invariant_step(plan) ? count.marked : count.unmarked);
+    ++(runner_.marks_row_invariant(plan) ? count.marked : count.unmarked);
     return StepDecision::done;
   }
   std::map<std::string, Count> counts;
+
+ private:
+  const StepRunner& runner_;
 };
 
-TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
+std::vector<RequestParams> twenty_token_prompts() {
   std::vector<RequestParams> requests(4);
   for (size_t i = 0; i < requests.size(); ++i) {
     for (int32_t t = 0; t < 20; ++t) requests[i].prompt.push_back(int32_t((i * 37 + size_t(t) * 11) % 500 + 3));
     requests[i].max_tokens = 12;
   }
+  return requests;
+}
+
+TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
   EngineCore engine(*tiny().model, std::nullopt, engine_config(2048, 512, false, mtp_config(3)));
-  StepKinds kinds;
+  StepKinds kinds(engine.runner());
   engine.runner().add_hook(&kinds);
-  run(engine, requests);
+  run(engine, twenty_token_prompts());
   auto& counts = kinds.counts;
   EXPECT_EQ(counts["prompt"].marked, 0);
   EXPECT_EQ(counts["prompt"].unmarked, 1);  // the four prompts in one step
@@ -574,6 +582,16 @@ TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
   EXPECT_GT(counts["verify"].marked, 0);
   EXPECT_GT(counts["draft"].marked, 0);
   for (const char* kind : {"verify", "draft", "decode"}) EXPECT_EQ(counts[kind].unmarked, 0) << kind;
+}
+
+// Without speculative decoding no step is marked: decode steps keep the kernels sized to their rows.
+TEST(RowInvariantSteps, NothingIsMarkedWithoutSpeculation) {
+  EngineCore engine(*tiny().model, std::nullopt, engine_config(2048, 512, false, ""));
+  StepKinds kinds(engine.runner());
+  engine.runner().add_hook(&kinds);
+  run(engine, twenty_token_prompts());
+  EXPECT_GT(kinds.counts["decode"].unmarked, 0);
+  for (const auto& [kind, count] : kinds.counts) EXPECT_EQ(count.marked, 0) << kind;
 }
 
 // The FP4 confidence gate judges every row a step samples (ARCHITECTURE.md section 6): in a
