@@ -9,7 +9,8 @@
 // the GEMV (o and q_b; labels "gemm fp8 ..."); paged decode attention (64 query / 4 KV heads of
 // 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and at 4096 and 16384 keys for
 // every KV cache dtype, GQA and DeepSeek-V3's MLA latent (labels "kv attention [mla] DTYPE N": the
-// KV bytes read per second against the copy bandwidth, docs/kv.md); the attention of 2048- and
+// KV bytes read per second against the copy bandwidth, docs/kv.md; GQA BF16 / FP8 caches take the
+// split-K kernel, measured also at 32 / 4 heads, "kv attention 32/4 DTYPE N"); the attention of 2048- and
 // 4096-token prefills (eager, as the engine runs them: the tensor-core prefill kernel; at 2048
 // next to the decode kernel, which a graph capture takes) and of a 2048-token DeepSeek-V3 prefill
 // (MLA: 128 heads over the latent cache, label "prefill attention mla 2048"); the router (Qwen3: softmax top-8 of
@@ -237,8 +238,10 @@ void fill_kv(Bench& b, KvLayerCache& cache, int64_t slots, int64_t values, bool 
 // or, with `mla`, DeepSeek-V3's 128 heads over the latent cache (576 / 512); the cache in `dtype`,
 // filled with N(0, 1) rows through kv_write. Bytes: the K/V slots read (codes and scales), once
 // per KV head, so GB/s is the KV bytes read per second.
-nlohmann::json bench_attention(Bench& b, int64_t context, KvDtype dtype = KvDtype::f32, bool mla = false) {
-  const int64_t q_heads = mla ? 128 : 64, kv_heads = mla ? 1 : 4, k_dim = mla ? 576 : 128, v_dim = mla ? 512 : 128;
+nlohmann::json bench_attention(Bench& b, int64_t context, KvDtype dtype = KvDtype::f32, bool mla = false,
+                               int64_t gqa_heads = 64) {
+  const int64_t q_heads = mla ? 128 : gqa_heads, kv_heads = mla ? 1 : 4;
+  const int64_t k_dim = mla ? 576 : 128, v_dim = mla ? 512 : 128;
   const int64_t block_size = 16, blocks_per_row = (context + block_size - 1) / block_size;
   const KvLayout layout{dtype, kv_heads, k_dim, v_dim, mla};
   const int64_t slot_bytes = kv_slot_layout(layout).bytes;
@@ -260,7 +263,7 @@ nlohmann::json bench_attention(Bench& b, int64_t context, KvDtype dtype = KvDtyp
     const double s = b.seconds_per_call(out, [&](int i) {
       b.backend.attention(caches[size_t(i) % caches.size()], q, q_heads, k_dim, scale, out);
     });
-    const std::string shape = mla ? "attention mla 128 x 576/512" : "attention 64/4 x 128";
+    const std::string shape = mla ? "attention mla 128 x 576/512" : fmt::format("attention {}/4 x 128", q_heads);
     rows_out.push_back(b.report(fmt::format("{} {} {}", shape, kv_dtype_name(dtype), context), rows, s, bytes));
   }
   return {{"op", mla ? "attention_mla" : "attention"}, {"kv_cache_dtype", kv_dtype_name(dtype)},
@@ -447,7 +450,8 @@ int main(int argc, char** argv) {
   gemm(24576, 1536, "q_b_proj", true);
   for (int64_t context : {48, 128, 4096})
     run("attention " + std::to_string(context), [&] { return moet::bench_attention(bench, context); });
-  // Every KV cache dtype at long contexts (labels "kv attention [mla] DTYPE CONTEXT").
+  // Every KV cache dtype at long contexts (labels "kv attention [mla] DTYPE CONTEXT"; the GQA
+  // BF16 / FP8 ones run the split-K kernel, also at Qwen3-30B's 32 / 4 heads: "kv attention 32/4 ...").
   for (int64_t context : {4096, 16384})
     for (bool mla : {false, true})
       for (moet::KvDtype dtype : {moet::KvDtype::f32, moet::KvDtype::bf16, moet::KvDtype::fp8_e4m3,
@@ -456,6 +460,9 @@ int main(int argc, char** argv) {
         const std::string label = fmt::format("kv attention {}{} {}", mla ? "mla " : "", moet::kv_dtype_name(dtype),
                                               context);
         run(label, [&] { return moet::bench_attention(bench, context, dtype, mla); });
+        if (mla || dtype == moet::KvDtype::f32) continue;
+        run(fmt::format("kv attention 32/4 {} {}", moet::kv_dtype_name(dtype), context),
+            [&] { return moet::bench_attention(bench, context, dtype, false, 32); });
       }
   for (int64_t tokens : {2048, 4096})
     for (int64_t q_heads : {32, 64})

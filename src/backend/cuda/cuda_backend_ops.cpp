@@ -20,6 +20,7 @@
 #include "kernels/cuda/w2_tiles.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/splitk_attention.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/top_logits.h"
 
@@ -224,9 +225,11 @@ void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v
 // bits either way: attention.h) get partials scratch and the persistent zeroed counters.
 // Eager steps with runs of consecutive positions (prefill, chunked prefill, the prefill part of
 // mixed steps) attend those rows on the tensor cores (prefill_attention.h) when it serves the
-// cache, and the step's other rows with attention_launch; captured steps (decode) and decode-like
+// cache, and the step's other rows with the decode kernel; captured steps (decode) and decode-like
 // ones (StepInputs::row_invariant: verify and draft steps) never do, so a decode row's bits do not
-// depend on whether its step is captured, nor a verify row's on the run it belongs to.
+// depend on whether its step is captured, nor a verify row's on the run it belongs to. The decode
+// kernel is the split-K one (splitk_attention.h: BF16 / FP8 GQA caches of head dim 64 or 128)
+// where it serves the cache, else attention_launch.
 void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                             Tensor& out) {
   const PagedKv& view = cache.view;
@@ -246,16 +249,23 @@ void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_head
     args.rows = int64_t(prefill_other_rows_.size());
     args.row_ids = reinterpret_cast<const int32_t*>(tiles + prefill_tiles_);
   }
+  const bool splitk = splitk_attention_supports(args.cache, q_heads);
   Tensor partials;
   if (args.rows > 0) {
-    if (const int64_t floats = attention_partial_floats(args); floats > 0) {
+    if (const int64_t floats = splitk ? splitk_attention_partial_floats(args) : attention_partial_floats(args);
+        floats > 0) {
       partials = alloc({floats});
       args.partials = partials.as<float>();
     }
-    attention_launch(args, stream_);
+    if (splitk) {
+      splitk_attention_launch(args, stream_);
+    } else {
+      attention_launch(args, stream_);
+    }
   }
   check_launch("attention", [&] {
-    return std::string(!prefill ? "attention" : args.rows > 0 ? "prefill_attention+attention" : "prefill_attention");
+    const std::string decode = splitk ? "splitk_attention" : "attention";
+    return !prefill ? decode : args.rows > 0 ? "prefill_attention+" + decode : std::string("prefill_attention");
   });
 }
 

@@ -16,6 +16,7 @@
 
 #include "formats/kv_codec.h"
 #include "kernels/cuda/arrival_count.cuh"
+#include "kernels/cuda/attention_fold.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -154,31 +155,6 @@ struct LeafStager {
   }
 };
 
-// The state of a softmax over some keys for one float4 of one head's output: maximum score m,
-// sum l of exp(score - m), o = sum of exp(score - m) * v.
-struct Partial {
-  float m, l;
-  float4 o;
-};
-
-__device__ __forceinline__ Partial cleared() { return {-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)}; }
-
-__device__ __forceinline__ float scaled_sum(float x, float a, float y, float b) {
-  return __fadd_rn(__fmul_rn(x, a), __fmul_rn(y, b));
-}
-
-// acc <- acc (+) s, both rescaled to the larger maximum. Explicitly rounded operations, so every
-// call site computes the same bits. From the cleared state the fold is exact (a = 0, b = 1):
-// acc becomes s. s must be non-empty (finite m).
-__device__ __forceinline__ void fold(Partial& acc, const Partial& s) {
-  const float m = fmaxf(acc.m, s.m);
-  const float a = expf(acc.m - m), b = expf(s.m - m);
-  acc.l = scaled_sum(acc.l, a, s.l, b);
-  acc.o = make_float4(scaled_sum(acc.o.x, a, s.o.x, b), scaled_sum(acc.o.y, a, s.o.y, b),
-                      scaled_sum(acc.o.z, a, s.o.z, b), scaled_sum(acc.o.w, a, s.o.w, b));
-  acc.m = m;
-}
-
 // The tree above leaves: a partial folded into the open segment, which is folded into the total
 // (and reopened) at a segment's end.
 __device__ __forceinline__ void fold_leaf(Partial& total, Partial& segment, const Partial& leaf, bool segment_end) {
@@ -287,17 +263,8 @@ __device__ __forceinline__ void write_out(const AttentionArgs& a, const LaneRole
   for (int r = 0; r < kMaxSlots; ++r) {
     if (roles.slot[r] >= roles.slots) break;
     const int h = roles.head[r], d = 4 * roles.d4[r];
-    float* out = a.out + (t * a.q_heads + head0 + h) * a.cache.v_dim + d;
-    const float o[4] = {total[r].o.x, total[r].o.y, total[r].o.z, total[r].o.w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-      if (d + c < a.cache.v_dim) out[c] = __fdiv_rn(o[c], total[r].l);
+    store_normalised(a.out + (t * a.q_heads + head0 + h) * a.cache.v_dim + d, total[r], int(a.cache.v_dim) - d);
   }
-}
-
-// The partial at src, float4 d4 of its output.
-__device__ __forceinline__ Partial load_partial(const float* src, int d4) {
-  return {__ldcg(src), __ldcg(src + 1), __ldcg(reinterpret_cast<const float4*>(src + 4) + d4)};
 }
 
 // grid (q_heads / H, rows, splits). Fused (splits 1): the block evaluates the row's whole tree

@@ -41,6 +41,7 @@
 #include "kernels/cuda/prefill_attention.h"
 
 #include "formats/kv_codec.h"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/w2_mma.cuh"
@@ -50,7 +51,6 @@
 namespace moet::cuda {
 namespace {
 
-constexpr int kPieces = 3;  // BF16 pieces per FP32 operand
 constexpr int kSmall = 5;   // the products below hi hi (small_pieces)
 constexpr int kMlaKDim = 576, kMlaVDim = 512;
 
@@ -93,39 +93,10 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-// Four 8x8 BF16 matrices whose rows lanes 8i..8i+7 address (matrix i into r[i]); .trans gives
-// each lane column elements instead of row elements.
-template <bool Trans>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  if constexpr (Trans) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_address(row)));
-  } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_address(row)));
-  }
-}
-
 // Product i of the small ones: its A piece (operand 0) or B piece (operand 1).
 __device__ constexpr int small_piece(int i, int operand) {
   constexpr int pieces[kSmall][2] = {{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 1}};
   return pieces[i][operand];
-}
-
-__device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
-
-// The three BF16 pieces of the pair (x, y), x in the low half of each word (the lower k / column
-// index of an MMA fragment register).
-__device__ __forceinline__ void split_pair(float x, float y, uint32_t (&out)[kPieces]) {
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-  const float x1 = x - __low2float(hi), y1 = y - __high2float(hi);  // exact
-  const __nv_bfloat162 mid = __floats2bfloat162_rn(x1, y1);
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(x1 - __low2float(mid), y1 - __high2float(mid));  // exact
-  out[0] = bits(hi);
-  out[1] = bits(mid);
-  out[2] = bits(lo);
 }
 
 // hi[n] += A.hi B.hi and small[n] += the other products, for n-tiles n0 and n0 + 1 whose B
@@ -201,42 +172,17 @@ __device__ __forceinline__ void attend_keys(const __nv_bfloat16* k_pieces, const
     // The next writes come after the next key tile's __syncthreads: every read is done by then.
   }
 
-  float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float s = __fmul_rn(__fadd_rn(s_hi[n][e], s_small[n][e]), scale);
       s_hi[n][e] = first_key + 8 * n + 2 * c + (e & 1) <= position[e >> 1] ? s : -INFINITY;
-      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s_hi[n][e]);
     }
   float alpha[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
-    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
-    // Finite: every row sees key 0. A row that sees none of these 16 keys keeps m (alpha 1, P 0).
-    const float m_new = fmaxf(m[i], tile_max[i]);
-    alpha[i] = expf(m[i] - m_new);
-    m[i] = m_new;
-    l[i] = __fmul_rn(l[i], alpha[i]);
-  }
+  online_softmax_step(s_hi, m, l, alpha);  // finite m: every row sees key 0
   uint32_t pf[kPieces][4];
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s_hi[n][e] = expf(s_hi[n][e] - m[e >> 1]);  // 0 where masked
-      l[e >> 1] = __fadd_rn(l[e >> 1], s_hi[n][e]);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // a0 / a1 (rows g / g + 8) from n-tile 0, a2 / a3 from n-tile 1
-      uint32_t split[kPieces];
-      split_pair(s_hi[n][2 * i], s_hi[n][2 * i + 1], split);
-#pragma unroll
-      for (int p = 0; p < kPieces; ++p) pf[p][2 * n + i] = split[p];
-    }
-  }
+  p_pieces(s_hi, pf);
 
 #pragma unroll
   for (int vg = 0; vg < L::v_groups; ++vg) {
@@ -248,12 +194,7 @@ __device__ __forceinline__ void attend_keys(const __nv_bfloat16* k_pieces, const
 #pragma unroll
     for (int half = 0; half < 2; ++half) mma_pieces(t[half], t[half], pf, vb, half);
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float& out = o[2 * vg + half][e];
-        out = __fadd_rn(__fmul_rn(out, alpha[e >> 1]), t[half][e]);
-      }
+    for (int half = 0; half < 2; ++half) rescale_add(o[2 * vg + half], t[half], alpha);
   }
 }
 

@@ -1,7 +1,8 @@
 // The KV cache dtypes on CUDA against the CPU reference, every dtype (fp32, bf16, fp8 e4m3 / e5m2,
 // nvfp4 for MLA latents): kv_write gives the CPU's cache bytes (memcmp, per-token scales and a
 // checkpoint's fixed fp8 scales); decode attention (short contexts, split by leaf, split by
-// segment at 4500 keys) and prefill attention on the tensor cores (GQA dims 64 / 128, MLA 576 /
+// segment at 4500 keys; the split-K kernel for BF16 / FP8 GQA caches of head dim 64 / 128, its rows
+// batch-invariant) and prefill attention on the tensor cores (GQA dims 64 / 128, MLA 576 /
 // 512, a chunk after keys an earlier step wrote) within kTol of the CPU over the same quantized
 // cache, each step run twice bit-identical and served by the kernel its profile names; and model
 // decode steps replayed from CUDA graphs bit-identical to eager ones for every dtype (GQA and MLA
@@ -87,8 +88,8 @@ class KvScene {
 
   // Attention of `rows` (already written) on both backends within kTol, twice on the GPU
   // bit-identical, by the kernel named `kernel` (the profile's one attention entry: an op's calls
-  // share their name's entry).
-  void attend(const std::vector<Row>& rows, const std::string& kernel, const std::string& what) {
+  // share their name's entry). Returns the GPU's output.
+  std::vector<float> attend(const std::vector<Row>& rows, const std::string& kernel, const std::string& what) {
     attention_ops(*p_.gpu);  // drops the write's profile; the profiled chain reopens at begin_step
     begin(rows, false);
     const int64_t n = int64_t(rows.size()), q_stride = shape_.k_dim + 3;
@@ -105,6 +106,19 @@ class KvScene {
     EXPECT_LT(max_rel_diff(p_, out), kTol) << where;
     const auto a = host(*p_.gpu, out.second), b = host(*p_.gpu, again);
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << where << ": run to run";
+    return a;
+  }
+
+  // Each row of `rows` attended alone gives the bits it had in the step of all of them.
+  void check_batch_invariance(const std::vector<Row>& rows, const std::string& kernel) {
+    const std::vector<float> together = attend(rows, kernel, "batch of " + std::to_string(rows.size()));
+    const size_t row_floats = size_t(shape_.q_heads * shape_.v_dim);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string what = fmt::format("row {} (position {}) alone", i, rows[i].position);
+      const std::vector<float> alone = attend({rows[i]}, kernel, what);
+      EXPECT_EQ(0, std::memcmp(alone.data(), together.data() + i * row_floats, row_floats * sizeof(float)))
+          << name_of(layout_) << ", " << what << ": bits differ from the batch's";
+    }
   }
 
  private:
@@ -186,7 +200,43 @@ TEST(CudaKvCache, PrefillAttentionMatchesCpuForEveryDtype) {
       scene.write(other);
       std::vector<Row> mixed = {{0, 230}};
       mixed.insert(mixed.end(), other.begin(), other.end());
-      scene.attend(mixed, "prefill_attention+attention", "mixed step");
+      const bool splitk = !shape.mla && dtype != KvDtype::f32;  // the decode rows' kernel
+      scene.attend(mixed, splitk ? "prefill_attention+splitk_attention" : "prefill_attention+attention",
+                   "mixed step");
+    }
+  }
+}
+
+// The split-K decode kernel (splitk_attention.h: BF16 / FP8 GQA caches, head dims 64 and 128):
+// Qwen3-235B's 16 query heads per KV head, Qwen3-30B's 8, 32 (two blocks of 16 heads) and 3 (MMA
+// rows mostly unused); contexts of 1 key, 100 (one split, the last tile partly past the end), 4500
+// (36 splits) and 16390 (the 64-split cap, 52 used, the last tile cut inside a warp's keys).
+// Within kTol of the CPU, bit-identical run to run, and each row's bits alone equal to its bits
+// in a batch of 8 (two rows identical). Then 70 rows of 64 / 4 heads: more (row, head group)
+// units than one launch's counters, so two launches; the rows' bits equal their bits alone.
+TEST(CudaKvCache, SplitKDecodeAttentionMatchesCpuAndIsBatchInvariant) {
+  MOET_SKIP_WITHOUT_GPU();
+  const std::vector<Row> batch = {{0, 0}, {1, 99}, {2, 4499}, {3, 16389}, {2, 1234}, {3, 7000}, {1, 50}, {0, 0}};
+  for (const Shape shape : {Shape{64, 4, 128, 128, false}, Shape{32, 4, 128, 128, false}, Shape{16, 2, 64, 64, false},
+                            Shape{32, 1, 64, 64, false}, Shape{12, 4, 128, 128, false}}) {
+    for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3, KvDtype::fp8_e5m2}) {
+      KvScene scene(shape, layout_of(shape, dtype), {1, 100, 4500, 16390});
+      scene.write(run_of(0, 0, 1));
+      scene.write(run_of(1, 0, 100));
+      scene.write(run_of(2, 0, 4500));
+      scene.write(run_of(3, 0, 16390));
+      scene.attend({{3, 16389}}, "splitk_attention", "one row of 16390 keys");
+      scene.check_batch_invariance(batch, "splitk_attention");
+      if (shape.q_heads != 64 || dtype != KvDtype::bf16) continue;
+      std::vector<Row> many;
+      for (int32_t i = 0; i < 70; ++i) many.push_back({2, 4499 - 61 * i});
+      const std::vector<float> together = scene.attend(many, "splitk_attention", "70 rows (two launches)");
+      const size_t row_floats = size_t(shape.q_heads * shape.v_dim);
+      for (size_t i : {size_t(0), size_t(63), size_t(64), size_t(69)}) {
+        const std::vector<float> alone = scene.attend({many[i]}, "splitk_attention", "one of the 70 rows");
+        EXPECT_EQ(0, std::memcmp(alone.data(), together.data() + i * row_floats, row_floats * sizeof(float)))
+            << "row " << i << " of 70: bits differ from the row alone";
+      }
     }
   }
 }
