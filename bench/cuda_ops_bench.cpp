@@ -10,7 +10,9 @@
 // 128, KV blocks of 16) at contexts 48, 128 and 4096, batch 1 and 8, and at 4096 and 16384 keys for
 // every KV cache dtype, GQA and DeepSeek-V3's MLA latent (labels "kv attention [mla] DTYPE N": the
 // KV bytes read per second against the copy bandwidth, docs/kv.md; GQA BF16 / FP8 caches take the
-// split-K kernel, measured also at 32 / 4 heads, "kv attention 32/4 DTYPE N"); the attention of 2048- and
+// split-K kernel, measured also at 32 / 4 heads, "kv attention 32/4 DTYPE N"; MLA BF16 / FP8 /
+// NVFP4 caches the MLA split-K kernel, compute-bound: its rows also print the tensor cores' FLOP/s,
+// three BF16 pieces of both products, against the dense BF16 peak kTensorPeakTflops); the attention of 2048- and
 // 4096-token prefills (eager, as the engine runs them: the tensor-core prefill kernel; at 2048
 // next to the decode kernel, which a graph capture takes) and of a 2048-token DeepSeek-V3 prefill
 // (MLA: 128 heads over the latent cache, label "prefill attention mla 2048"); the router (Qwen3: softmax top-8 of
@@ -51,6 +53,7 @@ namespace {
 
 constexpr int kCalls = 64, kReplays = 10;
 constexpr double kRotateBytes = 256.0 * (1 << 20);
+constexpr double kTensorPeakTflops = 989.4;  // dense BF16, H100 SXM / H200 (NVIDIA's data sheets)
 
 struct Bench {
   Backend& backend;
@@ -62,16 +65,22 @@ struct Bench {
     return graph_seconds_per_call(backend, next_key++, out, kCalls, kReplays, op);
   }
 
-  nlohmann::json report(const std::string& what, int64_t batch, double seconds, double bytes) {
-    const double gbs = bytes / seconds / 1e9;
+  // `tensor_flops` > 0: also the tensor cores' FLOP/s against kTensorPeakTflops.
+  nlohmann::json report(const std::string& what, int64_t batch, double seconds, double bytes,
+                        double tensor_flops = 0.0) {
+    const double gbs = bytes / seconds / 1e9, tflops = tensor_flops / seconds / 1e12;
     if (bytes > 0) {
-      std::printf("%-34s batch %ld  %8.2f us  %7.1f GB/s  %5.1f%% of copy\n", what.c_str(), long(batch), seconds * 1e6,
+      std::printf("%-34s batch %ld  %8.2f us  %7.1f GB/s  %5.1f%% of copy", what.c_str(), long(batch), seconds * 1e6,
                   gbs, 100.0 * gbs / copy_gbs);
     } else {
-      std::printf("%-34s batch %ld  %8.2f us\n", what.c_str(), long(batch), seconds * 1e6);
+      std::printf("%-34s batch %ld  %8.2f us", what.c_str(), long(batch), seconds * 1e6);
     }
+    if (tensor_flops > 0) std::printf("  %6.1f TFLOP/s  %5.1f%% of peak", tflops, 100.0 * tflops / kTensorPeakTflops);
+    std::printf("\n");
     nlohmann::json row = {{"batch", batch}, {"us", seconds * 1e6}};
     if (bytes > 0) row.update({{"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}});
+    if (tensor_flops > 0)
+      row.update({{"tensor_tflops", tflops}, {"fraction_of_tensor_peak", tflops / kTensorPeakTflops}});
     return row;
   }
 
@@ -264,7 +273,11 @@ nlohmann::json bench_attention(Bench& b, int64_t context, KvDtype dtype = KvDtyp
       b.backend.attention(caches[size_t(i) % caches.size()], q, q_heads, k_dim, scale, out);
     });
     const std::string shape = mla ? "attention mla 128 x 576/512" : fmt::format("attention {}/4 x 128", q_heads);
-    rows_out.push_back(b.report(fmt::format("{} {} {}", shape, kv_dtype_name(dtype), context), rows, s, bytes));
+    // The MLA split-K kernel's MMAs: 2 (576 + 512) FLOPs per head and key, times 3 BF16 pieces.
+    const bool splitk_mla = mla && dtype != KvDtype::f32;
+    const double tensor_flops = splitk_mla ? 3.0 * 2.0 * double((k_dim + v_dim) * q_heads * rows * context) : 0.0;
+    rows_out.push_back(
+        b.report(fmt::format("{} {} {}", shape, kv_dtype_name(dtype), context), rows, s, bytes, tensor_flops));
   }
   return {{"op", mla ? "attention_mla" : "attention"}, {"kv_cache_dtype", kv_dtype_name(dtype)},
           {"q_heads", q_heads}, {"kv_heads", kv_heads}, {"k_dim", k_dim}, {"v_dim", v_dim}, {"context", context},

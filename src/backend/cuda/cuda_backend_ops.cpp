@@ -228,8 +228,9 @@ void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v
 // cache, and the step's other rows with the decode kernel; captured steps (decode) and decode-like
 // ones (StepInputs::row_invariant: verify and draft steps) never do, so a decode row's bits do not
 // depend on whether its step is captured, nor a verify row's on the run it belongs to. The decode
-// kernel is the split-K one (splitk_attention.h: BF16 / FP8 GQA caches of head dim 64 or 128)
-// where it serves the cache, else attention_launch.
+// kernel is a split-K one where it serves the cache (splitk_attention.h: BF16 / FP8 GQA caches of
+// head dim 64 or 128; splitk_mla_attention.cu: BF16 / FP8 / NVFP4 MLA latents of 576 / 512 under a
+// multiple of 16 query heads), else attention_launch.
 void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                             Tensor& out) {
   const PagedKv& view = cache.view;
@@ -249,23 +250,30 @@ void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_head
     args.rows = int64_t(prefill_other_rows_.size());
     args.row_ids = reinterpret_cast<const int32_t*>(tiles + prefill_tiles_);
   }
-  const bool splitk = splitk_attention_supports(args.cache, q_heads);
+  enum class Decode { attention, splitk, splitk_mla };
+  const Decode decode = splitk_attention_supports(args.cache, q_heads)       ? Decode::splitk
+                        : splitk_mla_attention_supports(args.cache, q_heads) ? Decode::splitk_mla
+                                                                             : Decode::attention;
   Tensor partials;
   if (args.rows > 0) {
-    if (const int64_t floats = splitk ? splitk_attention_partial_floats(args) : attention_partial_floats(args);
-        floats > 0) {
+    const int64_t floats = decode == Decode::splitk       ? splitk_attention_partial_floats(args)
+                           : decode == Decode::splitk_mla ? splitk_mla_attention_partial_floats(args)
+                                                          : attention_partial_floats(args);
+    if (floats > 0) {
       partials = alloc({floats});
       args.partials = partials.as<float>();
     }
-    if (splitk) {
-      splitk_attention_launch(args, stream_);
-    } else {
-      attention_launch(args, stream_);
+    switch (decode) {
+      case Decode::splitk: splitk_attention_launch(args, stream_); break;
+      case Decode::splitk_mla: splitk_mla_attention_launch(args, stream_); break;
+      case Decode::attention: attention_launch(args, stream_); break;
     }
   }
   check_launch("attention", [&] {
-    const std::string decode = splitk ? "splitk_attention" : "attention";
-    return !prefill ? decode : args.rows > 0 ? "prefill_attention+" + decode : std::string("prefill_attention");
+    const std::string name = decode == Decode::splitk       ? "splitk_attention"
+                              : decode == Decode::splitk_mla ? "splitk_mla_attention"
+                                                             : "attention";
+    return !prefill ? name : args.rows > 0 ? "prefill_attention+" + name : std::string("prefill_attention");
   });
 }
 

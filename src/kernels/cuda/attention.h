@@ -3,9 +3,10 @@
 // kernels/cpu/attention.h: query row t, head h sees keys 0..positions[t] of its sequence through
 // the block table. Which kernel serves what: runs of two or more consecutive positions of one
 // sequence in eager steps, GQA with separate K and V caches and head dims 64 / 128 or MLA's
-// latent cache (576 / 512), go to prefill_attention.h (tensor cores); everything else (decode
-// rows, captured steps, other head dims) to attention_launch here, possibly in the same op for a step's other rows
-// (AttentionArgs::row_ids). The two give a row different last bits.
+// latent cache (576 / 512), go to prefill_attention.h (tensor cores); the other rows (decode rows,
+// captured steps) to a split-K kernel where one takes the cache (splitk_attention.h,
+// splitk_mla_attention.cu: BF16 / FP8 / NVFP4), else to attention_launch here, possibly in the
+// same op as prefill rows (AttentionArgs::row_ids). The kernels give a row different last bits.
 //
 // Flash-decoding style, with nothing sized by a host-side key count (so a captured CUDA graph
 // stays valid as contexts grow): each row reads its key count from positions[t] on the device.

@@ -17,15 +17,13 @@
 // MMA rows past H (fewer than 16 heads per KV head) have a zero query and are never stored.
 #include "kernels/cuda/splitk_attention.h"
 
-#include "kernels/cuda/arrival_count.cuh"
 #include "kernels/cuda/attention_fold.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/w2_mma.cuh"
+#include "kernels/cuda/splitk_plan.cuh"
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -34,24 +32,10 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kWarpKeys = 16;                  // keys of one warp step: the k of P V, two n-tiles of S
-constexpr int kTileKeys = kWarps * kWarpKeys;  // keys of one block step
+constexpr int kTileKeys = kSplitTileKeys;      // keys of one block step
 constexpr int kStages = 3;                     // a warp's cp.async ring
 constexpr int kMaxHeads = 16;                  // query heads per block: the MMA rows
-constexpr int64_t kMinChunk = 128;             // keys per split, at least
-constexpr int64_t kMaxSplits = 64;
-constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // scratch per launch (256 MiB)
-
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Splits of a row of `keys` keys and the keys of each (whole tiles; the last split may be short):
-// functions of the row's key count only, so a row's reduction tree is its own.
-__host__ __device__ inline int64_t split_count(int64_t keys) {
-  const int64_t n = ceil_div(keys, kMinChunk);
-  return n < kMaxSplits ? n : kMaxSplits;
-}
-__host__ __device__ inline int64_t chunk_keys(int64_t keys) {
-  return ceil_div(ceil_div(keys, split_count(keys)), kTileKeys) * kTileKeys;
-}
+static_assert(kTileKeys == kWarps * kWarpKeys, "a tile is one step of every warp");
 
 // The shared memory of one warp for head dim D and cache dtype T. A stage: K rows, V rows (FP8:
 // then the 16 K scales and the 16 V scales); FP8 adds the BF16 operand rows the codes are
@@ -79,39 +63,8 @@ size_t tile_bytes(int64_t dim, KvDtype dtype) {
   return dtype == KvDtype::bf16 ? Tile<128, KvDtype::bf16>::bytes : Tile<128, KvDtype::fp8_e4m3>::bytes;
 }
 
-struct SplitPlan {
-  int heads;                // query heads per block (H)
-  int scale_offset;         // FP8: byte offset of a slot's scales
-  int64_t splits;           // blocks per (row, head group) along z: splits of a.max_keys keys
-  int64_t width;            // floats per partial: m, l, 2 unused, O
-  int64_t rows_per_launch;  // rows of one launch (units within the counters, partials within the cap)
-  int64_t first_row;        // this launch's first row (of a.rows)
-};
-
 SplitPlan plan_for(const AttentionArgs& a) {
-  const PagedKvArgs& c = a.cache;
-  SplitPlan p{};
-  const int64_t group = a.q_heads / c.kv_heads;
-  p.heads = int(std::min<int64_t>(group, kMaxHeads));
-  p.scale_offset = int(kv_slot_layout(paged_kv_layout(c)).scale_offset);
-  p.splits = split_count(std::max<int64_t>(a.max_keys, 1));
-  p.width = c.v_dim + 4;
-  p.rows_per_launch = std::max<int64_t>(a.rows, 1);
-  if (p.splits > 1) {
-    const int64_t per_row = a.q_heads * p.splits * p.width;
-    p.rows_per_launch = std::min({p.rows_per_launch, kAttentionMaxSplitUnits / (a.q_heads / p.heads),
-                                  std::max<int64_t>(kMaxPartialFloats / per_row, 1)});
-  }
-  return p;
-}
-
-// Two FP8 codes (the low byte first) as two BF16 values in one word (exact: half, then BF16).
-template <KvDtype T>
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xffffu),
-                                                   T == KvDtype::fp8_e5m2 ? __NV_E5M2 : __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
-  return bits(__floats2bfloat162_rn(f.x, f.y));
+  return split_plan(a, int(std::min<int64_t>(a.q_heads / a.cache.kv_heads, kMaxHeads)));
 }
 
 // One warp's keys: stages them through its ring and runs the online softmax over them.
@@ -177,18 +130,7 @@ struct WarpKeys {
         const uint8_t* codes = src + kv * L::rows_bytes + row * L::raw_pitch + half * (D / 2);
         __nv_bfloat16* values = dst + (kv * kWarpKeys + row) * L::pitch + half * (D / 2);
 #pragma unroll
-        for (int f = 0; f < D / 32; ++f) {  // 16 codes a load
-          const uint4 w = *reinterpret_cast<const uint4*>(codes + 16 * f);
-          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-          uint32_t out[8];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            out[2 * i] = fp8x2_to_bf16x2<T>(words[i]);
-            out[2 * i + 1] = fp8x2_to_bf16x2<T>(words[i] >> 16);
-          }
-          reinterpret_cast<uint4*>(values + 16 * f)[0] = make_uint4(out[0], out[1], out[2], out[3]);
-          reinterpret_cast<uint4*>(values + 16 * f)[1] = make_uint4(out[4], out[5], out[6], out[7]);
-        }
+        for (int f = 0; f < D / 32; ++f) fp8x16_to_bf16<T>(codes + 16 * f, values + 16 * f);
       }
       return dst;
     }
@@ -199,21 +141,9 @@ struct WarpKeys {
 template <int D, KvDtype T>
 __device__ __forceinline__ void scores(const __nv_bfloat16* k_rows, const float* k_scales, int key0, int end,
                                        float scale, const uint32_t (&q)[D / 16][kPieces][4], float (&s)[2][4]) {
-  const int lane = int(threadIdx.x) & 31, c = lane & 3;
+  const int c = int(threadIdx.x) & 3;
   float s_hi[2][4] = {}, s_small[2][4] = {};
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t kb[4];  // keys 0-7 (d, d + 8), keys 8-15 (d, d + 8)
-    ldmatrix_x4<false>(kb, k_rows + ((lane & 7) + 8 * (lane >> 4)) * Tile<D, T>::pitch + 16 * ks +
-                               8 * ((lane >> 3) & 1));
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      mma_bf16_16816(s_hi[n], q[ks][0][0], q[ks][0][1], q[ks][0][2], q[ks][0][3], kb[2 * n], kb[2 * n + 1]);
-#pragma unroll
-      for (int p = 1; p < kPieces; ++p)
-        mma_bf16_16816(s_small[n], q[ks][p][0], q[ks][p][1], q[ks][p][2], q[ks][p][3], kb[2 * n], kb[2 * n + 1]);
-    }
-  }
+  qk_16keys<0, D / 16>(k_rows, Tile<D, T>::pitch, q, s_hi, s_small);
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -225,33 +155,12 @@ __device__ __forceinline__ void scores(const __nv_bfloat16* k_rows, const float*
     }
 }
 
-// O = O * alpha + P V over 16 staged keys (P's A fragments per piece).
-template <int D, KvDtype T>
-__device__ __forceinline__ void add_values(const __nv_bfloat16* v_rows, const uint32_t (&pf)[kPieces][4],
-                                           const float (&alpha)[2], float (&o)[D / 8][4]) {
-  const int lane = int(threadIdx.x) & 31;
-#pragma unroll
-  for (int vg = 0; vg < D / 16; ++vg) {
-    uint32_t vb[4];  // columns d..d+7 (keys 0-7, 8-15), then d+8..d+15
-    ldmatrix_x4<true>(vb, v_rows + (lane & 15) * Tile<D, T>::pitch + 16 * vg + 8 * (lane >> 4));
-    float t[2][4] = {};  // one k-step: its MMAs share a fresh accumulator
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int p = 0; p < kPieces; ++p)
-        mma_bf16_16816(t[n], pf[p][0], pf[p][1], pf[p][2], pf[p][3], vb[2 * n], vb[2 * n + 1]);
-#pragma unroll
-    for (int n = 0; n < 2; ++n) rescale_add(o[2 * vg + n], t[n], alpha);
-  }
-}
-
 // grid (q_heads / H, rows of this launch, splits): block (group, unit, z) serves heads
 // group * H.. of row first_row + unit, split z of its keys.
 template <int D, KvDtype T>
 __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(AttentionArgs a, SplitPlan p) {
   using L = Tile<D, T>;
   extern __shared__ float4 shared4[];
-  __shared__ int last_block;
   pdl_trigger();
   pdl_wait();  // q and the KV cache come from the previous kernels
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
@@ -270,16 +179,7 @@ __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(Attention
     for (int i = 0; i < 2; ++i)
       q_row[i] = g + 8 * i < p.heads ? a.q + (t * a.q_heads + head0 + g + 8 * i) * a.q_stride : nullptr;
 #pragma unroll
-    for (int ks = 0; ks < L::k_steps; ++ks)
-#pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {  // a0: row g, a1: row g + 8, a2 / a3: columns + 8
-        const float* src = q_row[reg & 1];
-        const int d = 16 * ks + 8 * (reg >> 1) + 2 * c;
-        uint32_t split[kPieces];
-        split_pair(src ? src[d] : 0.0f, src ? src[d + 1] : 0.0f, split);
-#pragma unroll
-        for (int piece = 0; piece < kPieces; ++piece) q[ks][piece][reg] = split[piece];
-      }
+    for (int ks = 0; ks < L::k_steps; ++ks) q_pieces(q_row[0], q_row[1], 16 * ks, q[ks]);
   }
 
   const WarpKeys<D, T> w{a.cache.k + kv_head * L::row_bytes, a.cache.v + kv_head * L::row_bytes,
@@ -322,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(Attention
     }
     uint32_t pf[kPieces][4];
     p_pieces(s, pf);
-    add_values<D, T>(k_rows + kWarpKeys * L::pitch, pf, alpha, o);
+    pv_16keys<D>(k_rows + kWarpKeys * L::pitch, L::pitch, pf, alpha, o);
   }
   cp_async_wait_all();
 #pragma unroll
@@ -379,19 +279,12 @@ __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(Attention
       }
       reinterpret_cast<float4*>(dst + 4)[d4] = total[r].o;
     }
-    __syncthreads();  // every thread's partials before thread 0's arrival (arrival_count.cuh)
-    int32_t* counter = a.counters + unit * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last_block = count_arrival(reinterpret_cast<uint32_t*>(counter)) == uint32_t(used - 1);
-    __syncthreads();
-    if (!last_block) return;
+    if (!last_to_arrive(a.counters + unit * gridDim.x + blockIdx.x, used)) return;
 #pragma unroll
     for (int r = 0; r < kSlots; ++r) {
       const int slot = int(threadIdx.x) + r * kThreads, h = slot / (D / 4), d4 = slot % (D / 4);
-      if (slot >= slots) continue;
-      total[r] = cleared();
-      for (int split = 0; split < used; ++split) fold(total[r], load_partial(partial_at(h, split), d4));
+      if (slot < slots) total[r] = fold_splits(partial_at(h, 0), p.width, used, d4);
     }
-    if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
   }
 #pragma unroll
   for (int r = 0; r < kSlots; ++r) {
@@ -401,17 +294,8 @@ __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(Attention
 }
 
 template <int D, KvDtype T>
-void launch(const AttentionArgs& a, SplitPlan p, cudaStream_t stream) {
-  static const cudaError_t opt_in =  // once per instance
-      cudaFuncSetAttribute(splitk_attention_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Tile<D, T>::bytes);
-  (void)opt_in;
-  const int64_t per_launch = p.rows_per_launch;
-  for (p.first_row = 0; p.first_row < a.rows; p.first_row += per_launch) {
-    const dim3 grid(unsigned(a.q_heads / p.heads), unsigned(std::min(per_launch, a.rows - p.first_row)),
-                    unsigned(p.splits));
-    launch_dependent_kernel<splitk_attention_kernel<D, T>>(grid, dim3(kThreads), Tile<D, T>::bytes, 1, stream, a, p);
-  }
+void launch(const AttentionArgs& a, const SplitPlan& p, cudaStream_t stream) {
+  launch_split<splitk_attention_kernel<D, T>>(a, p, kThreads, Tile<D, T>::bytes, stream);
 }
 
 template <int D>
@@ -424,8 +308,6 @@ void launch_dtype(const AttentionArgs& a, const SplitPlan& p, cudaStream_t strea
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 bool splitk_attention_supports(const PagedKvArgs& c, int64_t q_heads) {
@@ -436,16 +318,10 @@ bool splitk_attention_supports(const PagedKvArgs& c, int64_t q_heads) {
   const int64_t group = q_heads / c.kv_heads;
   if (group > kMaxHeads && group % kMaxHeads != 0) return false;
   if (q_heads / std::min<int64_t>(group, kMaxHeads) > kAttentionMaxSplitUnits) return false;
-  int device = 0, shared = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-         size_t(shared) >= tile_bytes(c.k_dim, c.dtype);
+  return shared_memory_fits(tile_bytes(c.k_dim, c.dtype));
 }
 
-int64_t splitk_attention_partial_floats(const AttentionArgs& a) {
-  const SplitPlan p = plan_for(a);
-  return p.splits == 1 ? 0 : std::min(p.rows_per_launch, a.rows) * a.q_heads * p.splits * p.width;
-}
+int64_t splitk_attention_partial_floats(const AttentionArgs& a) { return split_partial_floats(a, plan_for(a)); }
 
 void splitk_attention_launch(const AttentionArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;

@@ -2,12 +2,14 @@
 // GQA caches, with the semantics of kernels/cpu/attention.h: query row t, head h sees keys
 // 0..positions[t] of its sequence through the block table. Serves separate K and V caches with
 // k_dim == v_dim of 64 or 128 and up to 16 query heads per KV head, or a multiple of 16
-// (splitk_attention_supports); F32 caches, MLA latents and other shapes stay on attention_launch
-// (attention.h), which gives a row different last bits.
+// (splitk_attention_supports); F32 caches and other shapes stay on attention_launch
+// (attention.h), which gives a row different last bits. MLA latents (576 / 512) in BF16, FP8 or
+// NVFP4 under a multiple of 16 query heads have their own split-K kernel with the same contracts
+// (splitk_mla_attention_*, splitk_mla_attention.cu describes it).
 //
 // A block serves one row, the H <= 16 query heads of one KV head (the rows of its m16n8k16
 // MMAs, so the cache is read once for all of them) and one split of the row's keys. Keys per
-// split depend only on the row's own key count (splitk_chunk_keys: at least 128, at most 64
+// split depend only on the row's own key count (splitk_plan.cuh: at least 128 keys, at most 64
 // splits), so a row's bits depend neither on the other rows of the step, nor on the batch size,
 // nor on the launch the rows are cut into; the splits are folded in order by the last block of
 // the row to finish (an arrival counter). Nothing is sized by a host-side key count beyond
@@ -36,5 +38,10 @@ int64_t splitk_attention_partial_floats(const AttentionArgs& a);
 // kAttentionMaxSplitUnits zeros, left zero. Several launches when the rows' (row, head group)
 // units exceed the counters or the partials cap.
 void splitk_attention_launch(const AttentionArgs& a, cudaStream_t stream);
+
+// The MLA kernel's, as the three above.
+bool splitk_mla_attention_supports(const PagedKvArgs& cache, int64_t q_heads);
+int64_t splitk_mla_attention_partial_floats(const AttentionArgs& a);
+void splitk_mla_attention_launch(const AttentionArgs& a, cudaStream_t stream);
 
 }  // namespace moet::cuda

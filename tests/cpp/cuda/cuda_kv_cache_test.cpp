@@ -1,9 +1,10 @@
 // The KV cache dtypes on CUDA against the CPU reference, every dtype (fp32, bf16, fp8 e4m3 / e5m2,
 // nvfp4 for MLA latents): kv_write gives the CPU's cache bytes (memcmp, per-token scales and a
 // checkpoint's fixed fp8 scales); decode attention (short contexts, split by leaf, split by
-// segment at 4500 keys; the split-K kernel for BF16 / FP8 GQA caches of head dim 64 / 128, its rows
-// batch-invariant) and prefill attention on the tensor cores (GQA dims 64 / 128, MLA 576 /
-// 512, a chunk after keys an earlier step wrote) within kTol of the CPU over the same quantized
+// segment at 4500 keys; the split-K kernels for BF16 / FP8 GQA caches of head dim 64 / 128 and
+// for BF16 / FP8 / NVFP4 MLA latents of 576 / 512, their rows batch-invariant) and prefill
+// attention on the tensor cores (GQA dims 64 / 128, MLA 576 / 512, a chunk after keys an earlier
+// step wrote) within kTol of the CPU over the same quantized
 // cache, each step run twice bit-identical and served by the kernel its profile names; and model
 // decode steps replayed from CUDA graphs bit-identical to eager ones for every dtype (GQA and MLA
 // fixtures). Until these pass on a GPU, cli/model_options.cpp keeps --kv-cache-dtype other than
@@ -162,6 +163,17 @@ KvLayout layout_of(const Shape& s, KvDtype dtype, float k_scale = 0.0f, float v_
   return {dtype, s.kv_heads, s.k_dim, s.v_dim, s.mla, k_scale, v_scale};
 }
 
+// The kernel that serves a shape's decode rows (cuda_backend_ops.cpp): the split-K ones for
+// quantized caches they take (splitk_attention.h), else attention.cu's.
+std::string decode_kernel(const Shape& s, KvDtype dtype) {
+  if (dtype == KvDtype::f32) return "attention";
+  if (s.mla) return s.k_dim == 576 && s.v_dim == 512 && s.q_heads % 16 == 0 ? "splitk_mla_attention" : "attention";
+  const int64_t group = s.q_heads / s.kv_heads;
+  return s.k_dim == s.v_dim && (s.k_dim == 64 || s.k_dim == 128) && (group <= 16 || group % 16 == 0)
+             ? "splitk_attention"
+             : "attention";
+}
+
 TEST(CudaKvCache, DecodeAttentionMatchesCpuForEveryDtype) {
   MOET_SKIP_WITHOUT_GPU();
   for (const Shape shape : {Shape{8, 2, 32, 32, false}, Shape{4, 1, 48, 32, true}, Shape{16, 1, 576, 512, true}}) {
@@ -171,8 +183,9 @@ TEST(CudaKvCache, DecodeAttentionMatchesCpuForEveryDtype) {
       scene.write(run_of(0, 0, 5));
       scene.write(run_of(1, 0, 700));
       scene.write(run_of(2, 0, 4500));
-      scene.attend({{0, 4}, {1, 699}, {2, 4499}}, "attention", "decode rows");
-      scene.attend({{2, 4499}}, "attention", "one long row");
+      const std::string kernel = decode_kernel(shape, dtype);
+      scene.attend({{0, 4}, {1, 699}, {2, 4499}}, kernel, "decode rows");
+      scene.attend({{2, 4499}}, kernel, "one long row");
     }
   }
 }
@@ -200,45 +213,62 @@ TEST(CudaKvCache, PrefillAttentionMatchesCpuForEveryDtype) {
       scene.write(other);
       std::vector<Row> mixed = {{0, 230}};
       mixed.insert(mixed.end(), other.begin(), other.end());
-      const bool splitk = !shape.mla && dtype != KvDtype::f32;  // the decode rows' kernel
-      scene.attend(mixed, splitk ? "prefill_attention+splitk_attention" : "prefill_attention+attention",
-                   "mixed step");
+      scene.attend(mixed, "prefill_attention+" + decode_kernel(shape, dtype), "mixed step");
     }
   }
 }
 
-// The split-K decode kernel (splitk_attention.h: BF16 / FP8 GQA caches, head dims 64 and 128):
-// Qwen3-235B's 16 query heads per KV head, Qwen3-30B's 8, 32 (two blocks of 16 heads) and 3 (MMA
-// rows mostly unused); contexts of 1 key, 100 (one split, the last tile partly past the end), 4500
-// (36 splits) and 16390 (the 64-split cap, 52 used, the last tile cut inside a warp's keys).
-// Within kTol of the CPU, bit-identical run to run, and each row's bits alone equal to its bits
-// in a batch of 8 (two rows identical). Then 70 rows of 64 / 4 heads: more (row, head group)
-// units than one launch's counters, so two launches; the rows' bits equal their bits alone.
+// A split-K decode kernel over `shape` and `dtype`: contexts of 1 key, 100 (one split, the last
+// tile partly past the end), 4500 (36 splits) and 16390 (the 64-split cap, 52 used, the last tile
+// cut inside a 16-key step). Within kTol of the CPU, bit-identical run to run, and each row's bits
+// alone equal to its bits in a batch of 8 (two rows identical). With `many`, 70 rows of one
+// sequence: more (row, head group) units than one launch's counters (GQA 64 / 4: two launches;
+// MLA 128 heads: five, the partials cap); the rows' bits equal their bits alone.
+void check_splitk(const Shape& shape, KvDtype dtype, const std::string& kernel, bool many) {
+  const std::vector<Row> batch = {{0, 0}, {1, 99}, {2, 4499}, {3, 16389}, {2, 1234}, {3, 7000}, {1, 50}, {0, 0}};
+  KvScene scene(shape, layout_of(shape, dtype), {1, 100, 4500, 16390});
+  scene.write(run_of(0, 0, 1));
+  scene.write(run_of(1, 0, 100));
+  scene.write(run_of(2, 0, 4500));
+  scene.write(run_of(3, 0, 16390));
+  scene.attend({{3, 16389}}, kernel, "one row of 16390 keys");
+  scene.check_batch_invariance(batch, kernel);
+  if (!many) return;
+  std::vector<Row> rows;
+  for (int32_t i = 0; i < 70; ++i) rows.push_back({2, 4499 - 61 * i});
+  const std::vector<float> together = scene.attend(rows, kernel, "70 rows (several launches)");
+  const size_t row_floats = size_t(shape.q_heads * shape.v_dim);
+  for (size_t i : {size_t(0), size_t(63), size_t(64), size_t(69)}) {
+    const std::vector<float> alone = scene.attend({rows[i]}, kernel, "one of the 70 rows");
+    EXPECT_EQ(0, std::memcmp(alone.data(), together.data() + i * row_floats, row_floats * sizeof(float)))
+        << "row " << i << " of 70: bits differ from the row alone";
+  }
+}
+
+// The GQA split-K kernel (splitk_attention.h: BF16 / FP8 caches, head dims 64 and 128): Qwen3-235B's
+// 16 query heads per KV head, Qwen3-30B's 8, 32 (two blocks of 16 heads) and 3 (MMA rows mostly
+// unused); the 70 rows at 64 / 4 heads, bf16.
 TEST(CudaKvCache, SplitKDecodeAttentionMatchesCpuAndIsBatchInvariant) {
   MOET_SKIP_WITHOUT_GPU();
-  const std::vector<Row> batch = {{0, 0}, {1, 99}, {2, 4499}, {3, 16389}, {2, 1234}, {3, 7000}, {1, 50}, {0, 0}};
   for (const Shape shape : {Shape{64, 4, 128, 128, false}, Shape{32, 4, 128, 128, false}, Shape{16, 2, 64, 64, false},
-                            Shape{32, 1, 64, 64, false}, Shape{12, 4, 128, 128, false}}) {
-    for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3, KvDtype::fp8_e5m2}) {
-      KvScene scene(shape, layout_of(shape, dtype), {1, 100, 4500, 16390});
-      scene.write(run_of(0, 0, 1));
-      scene.write(run_of(1, 0, 100));
-      scene.write(run_of(2, 0, 4500));
-      scene.write(run_of(3, 0, 16390));
-      scene.attend({{3, 16389}}, "splitk_attention", "one row of 16390 keys");
-      scene.check_batch_invariance(batch, "splitk_attention");
-      if (shape.q_heads != 64 || dtype != KvDtype::bf16) continue;
-      std::vector<Row> many;
-      for (int32_t i = 0; i < 70; ++i) many.push_back({2, 4499 - 61 * i});
-      const std::vector<float> together = scene.attend(many, "splitk_attention", "70 rows (two launches)");
-      const size_t row_floats = size_t(shape.q_heads * shape.v_dim);
-      for (size_t i : {size_t(0), size_t(63), size_t(64), size_t(69)}) {
-        const std::vector<float> alone = scene.attend({many[i]}, "splitk_attention", "one of the 70 rows");
-        EXPECT_EQ(0, std::memcmp(alone.data(), together.data() + i * row_floats, row_floats * sizeof(float)))
-            << "row " << i << " of 70: bits differ from the row alone";
-      }
+                            Shape{32, 1, 64, 64, false}, Shape{12, 4, 128, 128, false}})
+    for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3, KvDtype::fp8_e5m2})
+      check_splitk(shape, dtype, "splitk_attention", shape.q_heads == 64 && dtype == KvDtype::bf16);
+}
+
+// The MLA split-K kernel (splitk_mla_attention.cu): DeepSeek-V3's 128 heads (4 blocks of 32), 16
+// (one m-tile: the block's second idles) and 48 (the second block half idle) over a 576 / 512
+// latent in every dtype it takes; contexts as above. Any fragment-layout mistake (Q columns, the
+// rope k-step, a warp's output columns, the shares' order) moves outputs far past kTol. Then 70
+// rows of 128 heads, cut into launches.
+TEST(CudaKvCache, SplitKMlaDecodeAttentionMatchesCpuAndIsBatchInvariant) {
+  MOET_SKIP_WITHOUT_GPU();
+  for (int64_t q_heads : {128, 16, 48})
+    for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3, KvDtype::fp8_e5m2, KvDtype::nvfp4}) {
+      if (q_heads == 48 && dtype != KvDtype::bf16) continue;
+      check_splitk(Shape{q_heads, 1, 576, 512, true}, dtype, "splitk_mla_attention",
+                   q_heads == 128 && dtype == KvDtype::bf16);
     }
-  }
 }
 
 // Decode steps of a fixture model (3 sequences, scattered blocks of 4) through graph replays and
