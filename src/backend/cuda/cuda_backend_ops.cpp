@@ -229,7 +229,7 @@ void CudaBackend::kv_write(KvLayerCache& cache, const Tensor& k, const Tensor* v
 // ones (StepInputs::row_invariant: verify and draft steps) never do, so a decode row's bits do not
 // depend on whether its step is captured, nor a verify row's on the run it belongs to. The decode
 // kernel is a split-K one where it serves the cache (splitk_attention.h: BF16 / FP8 GQA caches of
-// head dim 64 or 128; splitk_mla_attention.cu: BF16 / FP8 / NVFP4 MLA latents of 576 / 512 under a
+// head dim 128; splitk_mla_attention.cu: BF16 / FP8 / NVFP4 MLA latents of 576 / 512 under a
 // multiple of 16 query heads), else attention_launch.
 void CudaBackend::attention(KvLayerCache& cache, const Tensor& q, int64_t q_heads, int64_t q_stride, float scale,
                             Tensor& out) {

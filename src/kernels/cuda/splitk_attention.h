@@ -1,7 +1,7 @@
 // Split-K (flash-decoding) decode attention on the tensor cores over BF16 and FP8 (e4m3, e5m2)
 // GQA caches, with the semantics of kernels/cpu/attention.h: query row t, head h sees keys
 // 0..positions[t] of its sequence through the block table. Serves separate K and V caches with
-// k_dim == v_dim of 64 or 128 and up to 16 query heads per KV head, or a multiple of 16
+// k_dim == v_dim of 128 and up to 16 query heads per KV head, or a multiple of 16
 // (splitk_attention_supports); F32 caches and other shapes stay on attention_launch
 // (attention.h), which gives a row different last bits. MLA latents (576 / 512) in BF16, FP8 or
 // NVFP4 under a multiple of 16 query heads have their own split-K kernel with the same contracts

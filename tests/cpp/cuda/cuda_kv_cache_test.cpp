@@ -93,9 +93,16 @@ class KvScene {
   std::vector<float> attend(const std::vector<Row>& rows, const std::string& kernel, const std::string& what) {
     attention_ops(*p_.gpu);  // drops the write's profile; the profiled chain reopens at begin_step
     begin(rows, false);
-    const int64_t n = int64_t(rows.size()), q_stride = shape_.k_dim + 3;
-    auto q = p_.activation(random_floats(size_t(n * shape_.q_heads * q_stride), 7 + steps_),
-                           {n, shape_.q_heads, q_stride});
+    const int64_t n = int64_t(rows.size()), q_stride = shape_.k_dim + 3, q_row = shape_.q_heads * q_stride;
+    // A row's query depends on the row (its sequence and position) and the write steps so far,
+    // not on the rows beside it: a row attended alone gets the query it has in a batch.
+    std::vector<float> queries;
+    for (const Row& r : rows) {
+      const std::vector<float> row = random_floats(size_t(q_row), 7 + steps_ + 1000003 * uint64_t(r.seq + 1) +
+                                                                    uint64_t(r.position) * 7919);
+      queries.insert(queries.end(), row.begin(), row.end());
+    }
+    auto q = p_.activation(queries, {n, shape_.q_heads, q_stride});
     auto out = p_.alloc({n, shape_.q_heads, shape_.v_dim});
     Tensor again = p_.gpu->alloc({n, shape_.q_heads, shape_.v_dim});
     const float scale = 1.0f / std::sqrt(float(shape_.k_dim));
@@ -169,7 +176,7 @@ std::string decode_kernel(const Shape& s, KvDtype dtype) {
   if (dtype == KvDtype::f32) return "attention";
   if (s.mla) return s.k_dim == 576 && s.v_dim == 512 && s.q_heads % 16 == 0 ? "splitk_mla_attention" : "attention";
   const int64_t group = s.q_heads / s.kv_heads;
-  return s.k_dim == s.v_dim && (s.k_dim == 64 || s.k_dim == 128) && (group <= 16 || group % 16 == 0)
+  return s.k_dim == 128 && s.v_dim == 128 && (group <= 16 || group % 16 == 0)
              ? "splitk_attention"
              : "attention";
 }
@@ -245,13 +252,14 @@ void check_splitk(const Shape& shape, KvDtype dtype, const std::string& kernel, 
   }
 }
 
-// The GQA split-K kernel (splitk_attention.h: BF16 / FP8 caches, head dims 64 and 128): Qwen3-235B's
-// 16 query heads per KV head, Qwen3-30B's 8, 32 (two blocks of 16 heads) and 3 (MMA rows mostly
-// unused); the 70 rows at 64 / 4 heads, bf16.
+// The GQA split-K kernel (splitk_attention.h: BF16 / FP8 caches, head dim 128): Qwen3-235B's 16
+// query heads per KV head, Qwen3-30B's 8, 32 (two blocks of 16 heads) and 3 (MMA rows mostly
+// unused); the 70 rows at 64 / 4 heads, bf16. (Head dim 64 stays on attention.cu: at 32 heads per
+// KV head and 16390 keys it missed kTol, 2.7e-5, on an H100.)
 TEST(CudaKvCache, SplitKDecodeAttentionMatchesCpuAndIsBatchInvariant) {
   MOET_SKIP_WITHOUT_GPU();
-  for (const Shape shape : {Shape{64, 4, 128, 128, false}, Shape{32, 4, 128, 128, false}, Shape{16, 2, 64, 64, false},
-                            Shape{32, 1, 64, 64, false}, Shape{12, 4, 128, 128, false}})
+  for (const Shape shape : {Shape{64, 4, 128, 128, false}, Shape{32, 4, 128, 128, false}, Shape{32, 1, 128, 128, false},
+                            Shape{12, 4, 128, 128, false}})
     for (KvDtype dtype : {KvDtype::bf16, KvDtype::fp8_e4m3, KvDtype::fp8_e5m2})
       check_splitk(shape, dtype, "splitk_attention", shape.q_heads == 64 && dtype == KvDtype::bf16);
 }
