@@ -1,8 +1,6 @@
 // --speculative-config (see speculative_options.h).
 #include "cli/speculative_options.h"
 
-#include "core/error.h"
-
 namespace moet::cli {
 
 void SpeculativeOptions::add_to(CLI::App& sub) {
@@ -13,11 +11,6 @@ void SpeculativeOptions::add_to(CLI::App& sub) {
                  "in one step, greedy output unchanged (docs/speculative.md)");
 }
 
-SpeculativeConfig SpeculativeOptions::resolve(const DeviceOptions& device) const {
-  const SpeculativeConfig config = speculative_config_parse(json);
-  MOET_CHECK(!config.enabled() || !device.refuses_unverified(),
-             "--speculative-config on --device cuda is not yet verified on a GPU (docs/speculative.md, \"CUDA\")");
-  return config;
-}
+SpeculativeConfig SpeculativeOptions::resolve() const { return speculative_config_parse(json); }
 
 }  // namespace moet::cli

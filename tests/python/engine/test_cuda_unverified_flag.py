@@ -2,7 +2,6 @@
 verification runs on a GPU machine: without it each of these flag sets on --device cuda fails with
 "not yet verified on a GPU"; with it the same command gets past the gate (here, without a GPU, it
 then fails opening the device, with another message)."""
-import json
 import pathlib
 
 import pytest
@@ -10,7 +9,6 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[3]
 TINY = REPO / "models" / "tiny"
 GATED = [
-    ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1})],
     ["--tensor-parallel-size", 2],
 ]
 

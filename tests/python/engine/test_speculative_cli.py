@@ -68,13 +68,6 @@ def test_mtp_needs_an_mtp_layer(run_moet):
         assert "has no MTP layer" in result.stderr and "use method ngram" in result.stderr, result.stderr
 
 
-def test_cuda_is_gated(run_moet):
-    result = run_moet("generate", "--model", TINY, "--prompt-ids", "1,2,3", "--device", "cuda",
-                      "--speculative-config", mtp(1))
-    assert result.returncode == 1
-    assert "not yet verified on a GPU" in result.stderr, result.stderr
-
-
 def test_inspect_shows_the_mtp_layer(run_moet):
     out = run_moet("inspect", "--model", TINY).stdout
     assert "MTP:          1 layer(s) from model.layers.4" in out
