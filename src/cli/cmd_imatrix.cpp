@@ -2,6 +2,7 @@
 // with dense experts (`--experts native`) and CUDA graphs off; the text is tokenized, cut into
 // windows of --context-tokens and each window is scored teacher-forced (engine/scorer.h, through
 // the step runner) while an ImatrixCollector observes every MoE layer. Prints a JSON summary.
+// --second-moments F also writes each expert's full input second moments (small models only).
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -20,7 +21,7 @@ namespace moet::cli {
 namespace {
 
 struct ImatrixFlags {
-  std::string model_dir, text_file, out;
+  std::string model_dir, text_file, out, second_moments;
   DeviceOptions device;
   int64_t max_tokens = 0;
   int64_t context_tokens = 1024;
@@ -40,7 +41,7 @@ void run(ImatrixFlags flags) {
   LoadedModel loaded = load_model(options);
   Model& model = *loaded.model;
   const int64_t window = std::min(flags.context_tokens, model.config().max_position_embeddings);
-  ImatrixCollector collector(model.config());
+  ImatrixCollector collector(model.config(), !flags.second_moments.empty());
   model.experts().set_observer(&collector);
   int64_t windows = 0;
   for (size_t begin = 0; begin + 1 < ids.size(); begin += size_t(window)) {
@@ -54,6 +55,7 @@ void run(ImatrixFlags flags) {
   model.experts().set_observer(nullptr);
   const Imatrix imatrix = collector.result(flags.min_tokens, int64_t(ids.size()), loaded.checkpoint->identity());
   const std::string hash = imatrix_write(flags.out, imatrix);
+  if (!flags.second_moments.empty()) imatrix_second_moments_write(flags.second_moments, imatrix);
   int64_t fallback = 0;
   for (const auto& [layer, counts] : imatrix.expert_tokens)
     fallback += std::count_if(counts.begin(), counts.end(), [&](int32_t n) { return n < flags.min_tokens; });
@@ -83,6 +85,9 @@ void register_imatrix(CLI::App& app, Actions& actions) {
                   "experts routed fewer tokens than this take their layer's average")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--out", flags->out, "the importance matrix file to write (safetensors)")->required();
+  sub->add_option("--second-moments", flags->second_moments,
+                  "also write each expert's full input second moments E[x x^T] to this file (K x K floats per "
+                  "expert and input: for small models)");
   actions[sub] = [flags] { run(*flags); };
 }
 

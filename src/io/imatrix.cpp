@@ -23,8 +23,9 @@ std::string expert_key(int64_t layer, int64_t expert, bool down) {
 std::string tokens_key(int64_t layer) { return fmt::format("layers.{}.expert_tokens", layer); }
 
 template <typename T>
-TensorToWrite vector_tensor(std::string name, DType dtype, const std::vector<T>& values) {
-  TensorToWrite t{std::move(name), dtype, {int64_t(values.size())}, {}};
+TensorToWrite vector_tensor(std::string name, DType dtype, const std::vector<T>& values,
+                            std::vector<int64_t> shape = {}) {
+  TensorToWrite t{std::move(name), dtype, shape.empty() ? std::vector<int64_t>{int64_t(values.size())} : shape, {}};
   t.bytes.resize(values.size() * sizeof(T));
   std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
   return t;
@@ -64,22 +65,43 @@ const float* Imatrix::input(int64_t layer, int64_t expert, bool down) const {
   return v.empty() ? nullptr : v.data();
 }
 
-std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix) {
+namespace {
+
+// The file of the vectors (second_moments false) or of the full matrices.
+std::string write_file(const std::filesystem::path& path, const Imatrix& imatrix, bool second_moments) {
   std::vector<TensorToWrite> tensors;
   for (const auto& [layer, experts] : imatrix.layers) {
     for (size_t e = 0; e < experts.size(); ++e) {
-      tensors.push_back(vector_tensor(expert_key(layer, int64_t(e), false), DType::f32, experts[e].gate_up_in));
-      tensors.push_back(vector_tensor(expert_key(layer, int64_t(e), true), DType::f32, experts[e].down_in));
+      const ImatrixExpert& x = experts[e];
+      const auto add = [&](bool down, const std::vector<float>& vector, const std::vector<float>& matrix) {
+        const std::string key = expert_key(layer, int64_t(e), down);
+        const int64_t k = int64_t(vector.size());
+        if (!second_moments) return tensors.push_back(vector_tensor(key, DType::f32, vector));
+        MOET_CHECK(int64_t(matrix.size()) == k * k, "imatrix: {} has no second moments", key);
+        tensors.push_back(vector_tensor(key, DType::f32, matrix, {k, k}));
+      };
+      add(false, x.gate_up_in, x.gate_up_xx);
+      add(true, x.down_in, x.down_xx);
     }
   }
   for (const auto& [layer, counts] : imatrix.expert_tokens)
     tensors.push_back(vector_tensor(tokens_key(layer), DType::i32, counts));
   safetensors_write(path, tensors,
-                    {{"format", kImatrixFormat},
+                    {{"format", second_moments ? kSecondMomentsFormat : kImatrixFormat},
                      {"checkpoint_identity", imatrix.checkpoint_identity},
                      {"tokens", std::to_string(imatrix.tokens)},
                      {"min_tokens", std::to_string(imatrix.min_tokens)}});
   return file_hash(path);
+}
+
+}  // namespace
+
+std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix) {
+  return write_file(path, imatrix, false);
+}
+
+std::string imatrix_second_moments_write(const std::filesystem::path& path, const Imatrix& imatrix) {
+  return write_file(path, imatrix, true);
 }
 
 Imatrix imatrix_read(const std::filesystem::path& path) {

@@ -11,6 +11,9 @@
 //   layers.<L>.experts.<e>.down_in      F32 [inner]
 //   layers.<L>.expert_tokens            I32 [experts]   tokens routed to each expert
 //   __metadata__ {"format": "moet-imatrix-v1", "checkpoint_identity", "tokens", "min_tokens"}
+// `moet imatrix --second-moments F` also writes the full second moments E[x x^T] (and E[a a^T]) of
+// each expert's inputs to F: the same names with shapes [hidden, hidden] and [inner, inner], format
+// "moet-imatrix-second-moments-v1" (a study aid for rounding that sees the inputs' correlations).
 // A file belongs to a model when its tensors are exactly these names for the model's MoE layers
 // and experts, with these shapes (imatrix_check). Its identity is the xxh64 of the file's bytes;
 // packs quantized with an imatrix record it, so a changed imatrix makes them stale.
@@ -27,10 +30,14 @@
 namespace moet {
 
 inline constexpr const char* kImatrixFormat = "moet-imatrix-v1";
+inline constexpr const char* kSecondMomentsFormat = "moet-imatrix-second-moments-v1";
 
 struct ImatrixExpert {
   std::vector<float> gate_up_in;  // [hidden]
   std::vector<float> down_in;     // [inner]
+  // Full second moments, row-major [hidden * hidden] / [inner * inner]; empty unless collected
+  // with second moments. Their diagonals are gate_up_in and down_in.
+  std::vector<float> gate_up_xx, down_xx;
 };
 
 struct Imatrix {
@@ -49,6 +56,8 @@ struct Imatrix {
 
 // Writes `imatrix` to `path` and returns the file's hash.
 std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix);
+// Writes the second moments of `imatrix` (every expert must have them) to `path`; returns the hash.
+std::string imatrix_second_moments_write(const std::filesystem::path& path, const Imatrix& imatrix);
 // Reads a file imatrix_write wrote; throws naming the file when it is not one.
 Imatrix imatrix_read(const std::filesystem::path& path);
 // Throws "imatrix F was made for another model: ..." unless the layers, experts and vector

@@ -5,7 +5,10 @@ optionally weighted by an importance matrix from `moet imatrix`), and per tensor
 sqrt(sum (w - q)^2 / sum w^2) and the importance-weighted one sqrt(sum_k imp_k (w - q)^2 / sum_k imp_k w^2)
 are measured. With --kld, the finalists' dequantized experts are swapped into a copy of the model
 (tools/quality/eval_quality.py does the swap) and scored teacher-forced with `moet score` against the
-unquantized model: KL mean / p99, top-1 agreement, perplexity.
+unquantized model: KL mean / p99, top-1 agreement, perplexity. With --second-moments (a file from
+`moet imatrix --second-moments`: each expert's input H = E[x x^T]), the candidates that round by
+LDLQ (tools/quality/ldlq.py) run, and every format's proxy error tr((W-Q) H (W-Q)^T) / tr(W H W^T)
+(the relative mean square of the expert's output error on those inputs) is measured too.
 
 Candidates (bits per weight exact for any K multiple of 32 unless a row factor is named):
   w2            moet's W2: {+-1, +-4} x 2^e per 32, e = round(log2(amax / 6))            2.25
@@ -21,11 +24,16 @@ Candidates (bits per weight exact for any K multiple of 32 unless a row factor i
   d4-8          4-dim vectors, the 256 smallest points of the shifted D4 lattice x e5m3 / 32 2.25
   e8p           the E8P codebook of W2K (formats/w2k.h; this search tries 13 scales, f = 0.25 ..
                 1.45, where the implemented quantizer tries f = 0.75 .. 1.75)               2.25
+  e8p-ldlq      W2K's format (E8P x e5m3 per 32, the same bits) rounded by BlockLDLQ: blocks of 8
+                columns in order, each the nearest E8P codeword (weighted by diag of the block's D) to
+                its target plus the feedback of the earlier blocks' errors; H damped by 1% of its
+                mean diagonal; the scale per 32 chosen among e8p's 13 by the exact loss       2.25
+  w2-gptq       W2's format rounded by scalar LDLQ (GPTQ), exponent chosen as in w2-opt    2.25
   *-rht         the same after a fixed random-sign Hadamard rotation of every 32 columns (the
                 activations would be rotated alike at run time)
 
 Usage: python3 tools/quality/format_study.py --model models/tiny --imatrix F [--formats a,b,..]
-         [--kld --text FILE --moet build/moet] --out DIR
+         [--second-moments F] [--kld --text FILE --moet build/moet] --out DIR
 """
 import argparse
 import json
@@ -38,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import eval_quality  # noqa: E402  (the model-copy and KL helpers)
+import ldlq  # noqa: E402
 
 
 # ---------------------------------------------------------------- model and imatrix
@@ -65,12 +74,14 @@ def load_experts(model):
 
 
 def load_imatrix(path):
+    """The F32 tensors of an imatrix (vectors) or second-moments file (matrices) by name."""
     st = eval_quality.Safetensors(path)
-    return {name: np.frombuffer(st.raw(name), dtype=np.float32).astype(np.float64)
+    return {name: np.frombuffer(st.raw(name), dtype=np.float32).astype(np.float64).reshape(info["shape"])
             for name, info in st.header.items() if info["dtype"] == "F32"}
 
 
 def importance_of(imatrix, layer, expert, kind, cols):
+    """The expert's entry for the weight's input (a vector, or H from a second-moments file)."""
     if imatrix is None:
         return np.ones(cols)
     return imatrix[f"layers.{layer}.experts.{expert}.{'down_in' if kind == 'down' else 'gate_up_in'}"]
@@ -136,16 +147,23 @@ def scalar_search(W, imp, grids, scales, size=32):
     return best_q.reshape(W.shape)
 
 
-def w2_reference(W):
-    V = blocks(W, 32)
-    amax = np.abs(V).max(axis=2, keepdims=True)
+def w2_exponent(amax):
+    """W2's scale exponent for blocks of absolute maximum amax: round(log2(amax / 6))."""
     with np.errstate(divide="ignore"):
         m, e = np.frexp(amax / 6.0)  # amax/6 = m 2^e, m in [.5, 1)
-    exp = np.where(amax > 0, (e - 1) + (2 * m >= np.sqrt(2)), -127)
+    return np.where(amax > 0, (e - 1) + (2 * m >= np.sqrt(2)), -127)
+
+
+def w2_round(y):
+    """The nearest of {-4, -1, 1, 4} to every y."""
+    return np.sign(y + (y == 0) * 1e-300) * np.where(np.abs(y) > 2.5, 4.0, 1.0)
+
+
+def w2_reference(W):
+    V = blocks(W, 32)
+    exp = w2_exponent(np.abs(V).max(axis=2, keepdims=True))
     s = 2.0 ** exp
-    y = V / s
-    q = np.sign(y + (y == 0) * 1e-300) * np.where(np.abs(y) > 2.5, 4.0, 1.0) * s
-    return q.reshape(W.shape), exp
+    return (w2_round(V / s) * s).reshape(W.shape), exp
 
 
 def w2_opt(W, imp):
@@ -155,8 +173,7 @@ def w2_opt(W, imp):
     best_err, best_q = None, None
     for d in (-2, -1, 0, 1):
         s = 2.0 ** (exp + d)
-        y = V / s
-        q = np.sign(y + (y == 0) * 1e-300) * np.where(np.abs(y) > 2.5, 4.0, 1.0) * s
+        q = w2_round(V / s) * s
         err = (I * (V - q) ** 2).sum(axis=2, keepdims=True)
         if best_err is None:
             best_err, best_q = err, q
@@ -305,6 +322,14 @@ def e8p_nearest(Y, Wt, A):
     return best
 
 
+def e8p_scales(amax, scales, A):
+    """The 13 e5m3 scales tried for blocks of absolute maximum amax: amax / max|c| x 0.25..1.45,
+    each snapped down to a representable value."""
+    for f in np.linspace(0.25, 1.45, 13):
+        idx = np.clip(np.searchsorted(scales, amax / (A.max() + 0.25) * f), 1, len(scales) - 1)
+        yield np.where(scales[idx - 1] > 0, scales[idx - 1], 1e-30)
+
+
 def e8p_search(W, imp, scales, size=32, chunk=2048):
     """Blocks of 32 share an e5m3 scale; each 8-vector is the weighted-nearest E8P codeword."""
     A = e8p_table()
@@ -315,9 +340,7 @@ def e8p_search(W, imp, scales, size=32, chunk=2048):
     amax = np.abs(Vf).max(1, keepdims=True)
     best_err = np.full((nb, 1), np.inf)
     best_q = np.zeros_like(Vf)
-    for f in np.linspace(0.25, 1.45, 13):
-        idx = np.clip(np.searchsorted(scales, amax / (A.max() + 0.25) * f), 1, len(scales) - 1)
-        sc = np.where(scales[idx - 1] > 0, scales[idx - 1], 1e-30)
+    for sc in e8p_scales(amax, scales, A):
         Y, Wt = (Vf / sc).reshape(-1, 8), If.reshape(-1, 8)
         Q = np.concatenate([e8p_nearest(Y[b:b + chunk], Wt[b:b + chunk], A) for b in range(0, len(Y), chunk)])
         q = Q.reshape(nb, size) * sc
@@ -325,6 +348,21 @@ def e8p_search(W, imp, scales, size=32, chunk=2048):
         better = err < best_err
         best_err, best_q = np.where(better, err, best_err), np.where(better, q, best_q)
     return best_q.reshape(W.shape)
+
+
+def e8p_ldlq(W, H, scales):
+    """W2K's format rounded by BlockLDLQ (blocks of 8, a scale per 32)."""
+    A = e8p_table()
+    return ldlq.ldlq(W, ldlq.damp(H), 8, 32, lambda X: e8p_scales(np.abs(X).max(1, keepdims=True), scales, A),
+                     lambda X, s, d: e8p_nearest(X / s, np.broadcast_to(d, X.shape), A) * s)
+
+
+def w2_gptq(W, H):
+    """W2's format rounded by scalar LDLQ (GPTQ); the exponent per 32 among w2-opt's four."""
+    def exponents(X):
+        e0 = w2_exponent(np.abs(X).max(1, keepdims=True))
+        return [2.0 ** (e0 + d) for d in (-2, -1, 0, 1)]
+    return ldlq.ldlq(W, ldlq.damp(H), 1, 32, exponents, lambda X, s, d: w2_round(X / s) * s)
 
 
 # ---------------------------------------------------------------- rotation
@@ -375,7 +413,22 @@ def candidates():
     return F
 
 
-def quantize(fmt, W, imp, R):
+# Candidates that need the second moments H: fmt -> (bits, fn(W, H)).
+LDLQ_CANDIDATES = {
+    "e8p-ldlq": (2.25, lambda W, H: e8p_ldlq(W, H, e5m3_values())),
+    "w2-gptq": (2.25, w2_gptq),
+}
+
+
+def bits_of(fmt):
+    return LDLQ_CANDIDATES[fmt][0] if fmt in LDLQ_CANDIDATES else candidates()[fmt.removesuffix("-rht")][0]
+
+
+def quantize(fmt, W, imp, R, H):
+    if fmt in LDLQ_CANDIDATES:
+        if H is None:
+            sys.exit(f"{fmt} needs --second-moments")
+        return LDLQ_CANDIDATES[fmt][1](W, H)
     F = candidates()
     rot = fmt.endswith("-rht")
     base = fmt[:-4] if rot else fmt
@@ -385,11 +438,12 @@ def quantize(fmt, W, imp, R):
     return fn(W, imp)
 
 
-def errors(W, Q, imp):
+def errors(W, Q, imp, H):
+    """Relative RMSE, importance-weighted relative RMSE and (with H, else None) the proxy error."""
     d2 = (W - Q) ** 2
     rel = np.sqrt(d2.sum() / (W ** 2).sum())
     wrel = np.sqrt((d2 * imp[None, :]).sum() / ((W ** 2) * imp[None, :]).sum())
-    return float(rel), float(wrel)
+    return float(rel), float(wrel), None if H is None else ldlq.proxy_error(W, Q, H)
 
 
 def main():
@@ -398,6 +452,8 @@ def main():
     p.add_argument("--imatrix", help="importance matrix (moet imatrix); without it every column weighs 1")
     p.add_argument("--formats", default="w2,w2-opt,sym-r3-f32,sym-r4-f32,sym-r3-e5m3,sym-r4-e5m3,sel4-e5m1,"
                                         "b16-row,ks-row,d4-8,e8-16")
+    p.add_argument("--second-moments", help="input second moments (moet imatrix --second-moments): for the LDLQ "
+                                            "candidates and the proxy error")
     p.add_argument("--no-weights", action="store_true", help="quantize unweighted (the imatrix only measures)")
     p.add_argument("--max-tensors", type=int, default=0, help="RMSE on the first N tensors only (0 = all)")
     p.add_argument("--kld", action="store_true", help="score the formats' model copies with moet score")
@@ -410,23 +466,27 @@ def main():
     if args.max_tensors:
         experts = experts[:args.max_tensors]
     imatrix = load_imatrix(args.imatrix) if args.imatrix else None
+    moments = load_imatrix(args.second_moments) if args.second_moments else None
     R = rht_matrix()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"model": args.model, "imatrix": args.imatrix, "weighted": not args.no_weights, "formats": {}}
+    report = {"model": args.model, "imatrix": args.imatrix, "second_moments": args.second_moments,
+              "weighted": not args.no_weights, "formats": {}}
     dequantized = {}
     for fmt in args.formats.split(","):
         start = time.time()
         rows, deq = [], {}
         for name, layer, expert, kind, W in experts:
             imp = importance_of(imatrix, layer, expert, kind, W.shape[1])
-            Q = quantize(fmt, W, np.ones(W.shape[1]) if args.no_weights else imp, R)
-            rows.append(errors(W, Q, imp))
+            H = None if moments is None else importance_of(moments, layer, expert, kind, W.shape[1])
+            Q = quantize(fmt, W, np.ones(W.shape[1]) if args.no_weights else imp, R, H)
+            rows.append(errors(W, Q, imp, H))
             deq[name] = Q
-        rel, wrel = np.array(rows).T
-        bits = candidates()[fmt[:-4] if fmt.endswith("-rht") else fmt][0]
-        report["formats"][fmt] = {"bits": bits, "rel_rmse_mean": float(rel.mean()),
-                                  "w_rel_rmse_mean": float(wrel.mean()), "seconds": round(time.time() - start, 1)}
+        rel, wrel, proxy = zip(*rows)
+        report["formats"][fmt] = {"bits": bits_of(fmt), "rel_rmse_mean": float(np.mean(rel)),
+                                  "w_rel_rmse_mean": float(np.mean(wrel)), "seconds": round(time.time() - start, 1)}
+        if moments is not None:
+            report["formats"][fmt]["proxy_error_mean"] = float(np.mean(proxy))
         print(fmt, json.dumps(report["formats"][fmt]), flush=True)
         dequantized[fmt] = deq
     if args.kld:

@@ -2,14 +2,18 @@
 // step runner: its means equal a float64 recomputation from the rows and routing the MoE layers
 // saw (x^2 for gate_up's input; SiLU(x gate^T) * (x up^T), squared, for down's), token counts are
 // the routings, experts below min_tokens take the layer average, cutting the text into other
-// steps gives the same file, and a forward without the observer runs as before.
+// steps gives the same file, and a forward without the observer runs as before. With second
+// moments, the matrices' diagonals are the imatrix's vectors, gate_up's matrix is the mean of the
+// routed rows' x x^T, and the file holds them as [K, K].
 #include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "engine/scorer.h"
 #include "experts/imatrix_collector.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "models/model.h"
+#include "../temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -139,6 +143,7 @@ TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
   score(*run.model, text, false, 4);
   run.model->experts().set_observer(nullptr);
   const Imatrix a = one_step.result(1, 30, ""), b = small_steps.result(1, 30, "");
+  EXPECT_TRUE(a.layers.begin()->second[0].gate_up_xx.empty()) << "no second moments unless asked";
   for (const auto& [layer, experts] : a.layers)
     for (size_t e = 0; e < experts.size(); ++e) {
       EXPECT_EQ(experts[e].gate_up_in, b.layers.at(layer)[e].gate_up_in);
@@ -157,6 +162,59 @@ TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
     }
     for (size_t k = 0; k < sum.size(); ++k)
       EXPECT_NEAR(experts[0].gate_up_in[k], sum[k] / double(total), 1e-5 * sum[k] / double(total));
+  }
+}
+
+TEST(ImatrixCollector, SecondMomentsExtendTheImatrix) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  Loaded run = load(checkpoint);
+  const ModelConfig& c = run.model->config();
+  ImatrixCollector collector(c, true);
+  Recorder recorder(collector);
+  run.model->experts().set_observer(&recorder);
+  score(*run.model, tokens(*run.model, 40), false, 16);
+  run.model->experts().set_observer(nullptr);
+  const Imatrix m = collector.result(1, 40, checkpoint.identity());
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
+  for (const auto& [layer, steps] : recorder.seen) {
+    // float64 sums of x x^T per expert from what the layer saw
+    std::vector<std::vector<double>> xx(size_t(c.n_routed_experts), std::vector<double>(size_t(H * H)));
+    for (const auto& step : steps)
+      for (int64_t r = 0; r < int64_t(step.x.size()) / H; ++r)
+        for (int64_t s = 0; s < step.top_k; ++s) {
+          const float* x = step.x.data() + r * H;
+          std::vector<double>& sum = xx[size_t(step.ids[size_t(r * step.top_k + s)])];
+          for (int64_t i = 0; i < H; ++i)
+            for (int64_t j = 0; j < H; ++j) sum[size_t(i * H + j)] += double(x[i]) * x[j];
+        }
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+      const ImatrixExpert& x = m.layers.at(layer)[size_t(e)];
+      ASSERT_EQ(int64_t(x.gate_up_xx.size()), H * H);
+      ASSERT_EQ(int64_t(x.down_xx.size()), I * I);
+      const int32_t count = m.expert_tokens.at(layer)[size_t(e)];
+      for (int64_t k = 0; k < H; ++k) EXPECT_FLOAT_EQ(x.gate_up_xx[size_t(k * H + k)], x.gate_up_in[size_t(k)]);
+      for (int64_t k = 0; k < I; ++k) EXPECT_FLOAT_EQ(x.down_xx[size_t(k * I + k)], x.down_in[size_t(k)]);
+      for (int64_t i = 0; i < I; ++i)
+        for (int64_t j = 0; j < i; ++j) {
+          const float a = x.down_xx[size_t(i * I + j)];
+          EXPECT_EQ(a, x.down_xx[size_t(j * I + i)]);
+          EXPECT_LE(double(a) * a, 1.00001 * double(x.down_in[size_t(i)]) * x.down_in[size_t(j)]) << "Cauchy-Schwarz";
+        }
+      if (count == 0) continue;
+      for (int64_t k = 0; k < H * H; ++k) {
+        const double want = xx[size_t(e)][size_t(k)] / count;
+        EXPECT_NEAR(x.gate_up_xx[size_t(k)], want, 1e-5 * std::abs(want) + 1e-9) << layer << "/" << e << "/" << k;
+      }
+    }
+  }
+  TempDir dir;
+  imatrix_second_moments_write(dir.path() / "m.safetensors", m);
+  const auto file = SafetensorsFile::open(dir.path() / "m.safetensors");
+  EXPECT_NE(file->header_json().find(kSecondMomentsFormat), std::string::npos);
+  for (const HostTensor& t : file->tensors()) {
+    if (t.dtype != DType::f32) continue;
+    const int64_t k = t.name.ends_with("down_in") ? I : H;
+    EXPECT_EQ(t.shape, (std::vector<int64_t>{k, k})) << t.name;
   }
 }
 
