@@ -74,6 +74,15 @@ std::vector<int32_t> tokens(const Model& model, int64_t n) {
   return t;
 }
 
+// 40 tokens through `model`, seen by `collector` behind a Recorder.
+Recorder record(Model& model, ImatrixCollector& collector) {
+  Recorder recorder(collector);
+  model.experts().set_observer(&recorder);
+  score(model, tokens(model, 40), false, 16);
+  model.experts().set_observer(nullptr);
+  return recorder;
+}
+
 }  // namespace
 
 TEST(ImatrixCollector, MeansOfWhatTheLayersSaw) {
@@ -81,10 +90,7 @@ TEST(ImatrixCollector, MeansOfWhatTheLayersSaw) {
   Loaded run = load(checkpoint);
   const ModelConfig& c = run.model->config();
   ImatrixCollector collector(c);
-  Recorder recorder(collector);
-  run.model->experts().set_observer(&recorder);
-  score(*run.model, tokens(*run.model, 40), false, 16);
-  run.model->experts().set_observer(nullptr);
+  const Recorder recorder = record(*run.model, collector);
   const Imatrix m = collector.result(1, 40, checkpoint.identity());
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   ASSERT_EQ(m.layers.size(), recorder.seen.size());
@@ -99,7 +105,7 @@ TEST(ImatrixCollector, MeansOfWhatTheLayersSaw) {
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t s = 0; s < step.top_k; ++s) {
           const int32_t e = step.ids[size_t(r * step.top_k + s)];
-          const ExpertWeights& w = recorder.sets[layer]->experts[size_t(e)];
+          const ExpertWeights& w = recorder.sets.at(layer)->experts[size_t(e)];
           const float* x = step.x.data() + r * H;
           ++count[size_t(e)];
           for (int64_t k = 0; k < H; ++k) gu[size_t(e)][size_t(k)] += double(x[k]) * x[k];
@@ -170,10 +176,7 @@ TEST(ImatrixCollector, SecondMomentsExtendTheImatrix) {
   Loaded run = load(checkpoint);
   const ModelConfig& c = run.model->config();
   ImatrixCollector collector(c, true);
-  Recorder recorder(collector);
-  run.model->experts().set_observer(&recorder);
-  score(*run.model, tokens(*run.model, 40), false, 16);
-  run.model->experts().set_observer(nullptr);
+  const Recorder recorder = record(*run.model, collector);
   const Imatrix m = collector.result(1, 40, checkpoint.identity());
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   for (const auto& [layer, steps] : recorder.seen) {
