@@ -9,6 +9,7 @@ unquantized model: KL mean / p99, top-1 agreement, perplexity. With --second-mom
 `moet imatrix --second-moments`: each expert's input H = E[x x^T]), the candidates that round by
 LDLQ (tools/quality/ldlq.py) run, and every format's proxy error tr((W-Q) H (W-Q)^T) / tr(W H W^T)
 (the relative mean square of the expert's output error on those inputs) is measured too.
+--shared-moments quantizes with each layer's mean H instead (what a full-size model could collect).
 
 Candidates (bits per weight exact for any K multiple of 32 unless a row factor is named):
   w2            moet's W2: {+-1, +-4} x 2^e per 32, e = round(log2(amax / 6))            2.25
@@ -33,7 +34,7 @@ Candidates (bits per weight exact for any K multiple of 32 unless a row factor i
                 activations would be rotated alike at run time)
 
 Usage: python3 tools/quality/format_study.py --model models/tiny --imatrix F [--formats a,b,..]
-         [--second-moments F] [--kld --text FILE --moet build/moet] --out DIR
+         [--second-moments F [--shared-moments]] [--kld --text FILE --moet build/moet] --out DIR
 """
 import argparse
 import json
@@ -78,6 +79,23 @@ def load_imatrix(path):
     st = eval_quality.Safetensors(path)
     return {name: np.frombuffer(st.raw(name), dtype=np.float32).astype(np.float64).reshape(info["shape"])
             for name, info in st.header.items() if info["dtype"] == "F32"}
+
+
+def layer_shared(moments, path):
+    """Every expert's H replaced by its layer's mean over the routed tokens (sum_e n_e H_e / sum_e n_e,
+    n_e from the file's expert_tokens): the one matrix per layer a full-size model could afford."""
+    st = eval_quality.Safetensors(path)
+    out = {}
+    for name, info in st.header.items():
+        if info["dtype"] != "I32":
+            continue
+        layer = name.split(".")[1]
+        n = np.frombuffer(st.raw(name), dtype=np.int32).astype(np.float64)
+        for what in ("gate_up_in", "down_in"):
+            keys = [f"layers.{layer}.experts.{e}.{what}" for e in range(len(n))]
+            mean = sum(w * moments[k] for w, k in zip(n, keys)) / n.sum()
+            out.update({k: mean for k in keys})
+    return out
 
 
 def importance_of(imatrix, layer, expert, kind, cols):
@@ -454,6 +472,9 @@ def main():
                                         "b16-row,ks-row,d4-8,e8-16")
     p.add_argument("--second-moments", help="input second moments (moet imatrix --second-moments): for the LDLQ "
                                             "candidates and the proxy error")
+    p.add_argument("--shared-moments", action="store_true",
+                   help="quantize with each layer's mean second moments (over the routed tokens; errors use the "
+                        "expert's own)")
     p.add_argument("--no-weights", action="store_true", help="quantize unweighted (the imatrix only measures)")
     p.add_argument("--max-tensors", type=int, default=0, help="RMSE on the first N tensors only (0 = all)")
     p.add_argument("--kld", action="store_true", help="score the formats' model copies with moet score")
@@ -467,10 +488,12 @@ def main():
         experts = experts[:args.max_tensors]
     imatrix = load_imatrix(args.imatrix) if args.imatrix else None
     moments = load_imatrix(args.second_moments) if args.second_moments else None
+    quantize_moments = layer_shared(moments, args.second_moments) if args.shared_moments else moments
     R = rht_matrix()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": args.model, "imatrix": args.imatrix, "second_moments": args.second_moments,
+              "shared_moments": args.shared_moments,
               "weighted": not args.no_weights, "formats": {}}
     dequantized = {}
     for fmt in args.formats.split(","):
@@ -479,7 +502,8 @@ def main():
         for name, layer, expert, kind, W in experts:
             imp = importance_of(imatrix, layer, expert, kind, W.shape[1])
             H = None if moments is None else importance_of(moments, layer, expert, kind, W.shape[1])
-            Q = quantize(fmt, W, np.ones(W.shape[1]) if args.no_weights else imp, R, H)
+            Hq = None if moments is None else importance_of(quantize_moments, layer, expert, kind, W.shape[1])
+            Q = quantize(fmt, W, np.ones(W.shape[1]) if args.no_weights else imp, R, Hq)
             rows.append(errors(W, Q, imp, H))
             deq[name] = Q
         rel, wrel, proxy = zip(*rows)
