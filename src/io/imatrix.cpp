@@ -70,7 +70,8 @@ namespace {
 // The file of the vectors (second_moments false) or of the full matrices.
 std::string write_file(const std::filesystem::path& path, const Imatrix& imatrix, bool second_moments) {
   std::vector<TensorToWrite> tensors;
-  for (const auto& [layer, experts] : imatrix.layers) {
+  for (const auto& [layer_id, experts] : imatrix.layers) {
+    const int64_t layer = layer_id;  // a structured binding cannot be captured by the lambda below in C++20
     for (size_t e = 0; e < experts.size(); ++e) {
       const ImatrixExpert& x = experts[e];
       const auto add = [&](bool down, const std::vector<float>& vector, const std::vector<float>& matrix) {
