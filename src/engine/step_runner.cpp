@@ -52,6 +52,14 @@ bool row_invariant_step(const StepPlan& plan) {
                      [](const ScheduledChunk& chunk) { return chunk.count <= kRowInvariantMaxRun; });
 }
 
+bool step_recurs(const StepPlan& plan, bool row_invariant) {
+  return std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& chunk) {
+    const bool returns_logits =
+        chunk.logits != ChunkRows::none && (chunk.logits != ChunkRows::if_sampling || chunk.samples());
+    return returns_logits && (chunk.count == 1 || (row_invariant && chunk.logits == ChunkRows::all));
+  });
+}
+
 StepRunner::StepRunner(Model& model, int64_t blocks, int64_t block_size, std::span<const KvLayerSpec> specs)
     : model_(model),
       cache_(model.kv_cache_create(specs.empty() ? model.kv_layer_specs() : specs, blocks, block_size)),
@@ -130,13 +138,7 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
       if (batch.positions[size_t(batch.logit_rows[i])] >= first_sampled) batch.confidence_rows.push_back(int32_t(i));
     }
   }
-  // One row per sequence, each returning its logits: a decode step, whose shape recurs. Draft
-  // steps run eagerly (their hidden inputs are uploaded inside the forward).
-  const bool recurring =
-      !plan.mtp_hidden && std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
-        return chunk.count == 1 && chunk.logits != ChunkRows::none &&
-               (chunk.logits != ChunkRows::if_sampling || chunk.samples());
-      });
+  const bool recurring = step_recurs(plan, batch.row_invariant);
   const GraphKey key = recurring ? graph_key(batch) : GraphKey{};
   ++stats_.steps;
   for (;;) {

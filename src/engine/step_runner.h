@@ -19,10 +19,11 @@
 // and every step of a runner not set so, keep the kernels sized to their rows (the fastest:
 // cuBLASLt for many rows; docs/design.md, "Numerics").
 //
-// Steps whose shape recurs (every chunk one row whose logits are returned: decode steps) run as
-// CUDA graphs under a key the runner builds: this runner, the KV cache's memory, the logit,
-// hidden and confidence rows and the top-logits width (the backend adds rows, sequences and
-// table stride), unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
+// Steps whose shape recurs (step_recurs(): decode steps, and in a row-invariant runner verify
+// steps and the chained MTP draft steps) run as CUDA graphs under a key the runner builds: this
+// runner, the KV cache's memory, the logit, hidden and confidence rows and the top-logits width
+// (the backend adds rows, sequences and table stride; a draft step's model adds where its hidden
+// rows are staged), unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
 // the runner's first hook is the residency protocol: misses fetched, the step run again. When they
 // have an FP4 tier (experts/fp4_tier.h), the next is the tier's manager and confidence gate
 // (engine/confidence_gate.h), for which a judged step's forward also returns the confidence of
@@ -47,6 +48,14 @@ constexpr int64_t kRowInvariantMaxRun = 16;
 // Whether the runner marks `plan` row-invariant (ForwardBatch::row_invariant): every chunk computes
 // at most kRowInvariantMaxRun rows.
 bool row_invariant_step(const StepPlan& plan);
+
+// Whether `plan`'s shape recurs, so that the runner captures it as a CUDA graph: every chunk returns
+// the logits of its rows and is one row (a decode step, a chained draft step) or, in a
+// row-invariant step, returns every row's (a verify step: [last token, k drafts]; its rows take
+// the decode kernels, so nothing but the step inputs tells them apart). A draft step's first
+// chunk (the verified rows, logits of the last) and prefill chunks run eagerly: their shapes
+// seldom repeat.
+bool step_recurs(const StepPlan& plan, bool row_invariant);
 
 enum class StepDecision { done, again };
 

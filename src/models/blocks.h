@@ -132,8 +132,12 @@ class DecoderModel final : public Model {
   // LM head (and their best top_k logits) and the hidden rows' copies, all into one output tensor
   // (backend memory, one copy to the host) laid out as output_layout() says.
   Tensor forward_body(const ForwardBatch& batch, KvCache& cache);
-  // The same for a draft step: the MTP layer, its norm and head.
-  Tensor mtp_body(const ForwardBatch& batch, KvCache& cache);
+  // The same for a draft step: the MTP layer over `hidden` (the step's h_i rows, staged on the
+  // backend before the body so that a captured draft step reads them in place), its norm and head.
+  Tensor mtp_body(const ForwardBatch& batch, KvCache& cache, const Tensor& hidden);
+  // A draft step's hidden rows in mtp_input_ (grown, never shrunk: its address is part of a draft
+  // step's graph key); the view of them.
+  Tensor stage_mtp_hidden(const std::vector<float>& hidden);
   // Fills the output tensor of a step whose rows, after their last norm, are `normed`: the logit
   // rows through `head` (whole or their best top_k), then the hidden rows.
   void write_outputs(const ForwardBatch& batch, const Tensor& normed, const Tensor& head, Tensor& packed);
@@ -155,6 +159,7 @@ class DecoderModel final : public Model {
   std::vector<size_t> cache_offset_;  // per layer (MTP last), its first cache in kv_specs_
   ExpertPool experts_;
   std::unique_ptr<MtpLayer> mtp_;
+  Tensor mtp_input_;  // draft steps' hidden rows (stage_mtp_hidden())
   ShardSpec shard_;  // this rank of a parallel model (load_common() takes the loader's)
 };
 

@@ -135,8 +135,20 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
                        int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab,
                        batch.row_invariant});
   MOET_CHECK(!batch.mtp_hidden || mtp_, "forward: a draft step on a model loaded without its MTP layer");
-  const auto body = [&] { return batch.mtp_hidden ? mtp_body(batch, cache) : forward_body(batch, cache); };
-  const Tensor packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
+  Tensor packed;
+  if (batch.mtp_hidden) {
+    const Tensor hidden = stage_mtp_hidden(*batch.mtp_hidden);
+    const auto body = [&] { return mtp_body(batch, cache, hidden); };
+    GraphKey key;
+    if (batch.graph) {
+      key = *batch.graph;
+      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(mtp_input_.data)));
+    }
+    packed = batch.graph ? backend_.run_graph(key, body) : body();
+  } else {
+    const auto body = [&] { return forward_body(batch, cache); };
+    packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
+  }
   const OutputLayout layout = output_layout(batch, vocab, config_.hidden_size);
   // One copy to the host, straight into the vector the logits are returned in (at a large
   // vocabulary and batch these are megabytes: no second pass over them).
@@ -219,15 +231,26 @@ void DecoderModel::forward_hyper(StepContext& ctx, KvCache& cache, Tensor& norme
 }
 
 // A draft step (mtp.h): the MTP layer's output after its norm goes through its head.
-Tensor DecoderModel::mtp_body(const ForwardBatch& batch, KvCache& cache) {
+Tensor DecoderModel::stage_mtp_hidden(const std::vector<float>& hidden) {
+  const int64_t width = config_.hidden_size, rows = int64_t(hidden.size()) / width;
+  MOET_CHECK(rows > 0 && int64_t(hidden.size()) == rows * width, "draft step: {} hidden values are not rows of {}",
+             hidden.size(), width);
+  if (mtp_input_.numel() < int64_t(hidden.size())) mtp_input_ = backend_.alloc({int64_t(hidden.size())});
+  Tensor rows_view = mtp_input_;
+  rows_view.shape = {rows, width};
+  backend_.from_host(hidden.data(), rows_view);
+  return rows_view;
+}
+
+Tensor DecoderModel::mtp_body(const ForwardBatch& batch, KvCache& cache, const Tensor& hidden_rows) {
   const int64_t rows = int64_t(batch.tokens.size()), hidden = config_.hidden_size;
   StepContext ctx{backend_, {}};
   Tensor residual = backend_.alloc({rows, hidden});
   Tensor normed = backend_.alloc({rows, hidden});
   Tensor branch = backend_.alloc({rows, hidden});
   experts_.begin_forward();
-  mtp_->forward(ctx, *batch.mtp_hidden, layer_caches(cache, layers_.size()), float(config_.rms_norm_eps), residual,
-                normed, branch);
+  mtp_->forward(ctx, hidden_rows, layer_caches(cache, layers_.size()), float(config_.rms_norm_eps), residual, normed,
+                branch);
   Tensor packed = output_tensor(backend_, batch, config_.vocab_size, hidden);
   write_outputs(batch, normed, mtp_->head, packed);
   return packed;

@@ -52,18 +52,17 @@ std::unique_ptr<MtpLayer> mtp_layer_load(const ModelConfig& config, WeightLoader
   return mtp;
 }
 
-void MtpLayer::forward(StepContext& ctx, const std::vector<float>& hidden, std::span<KvLayerCache> caches, float eps,
+void MtpLayer::forward(StepContext& ctx, const Tensor& hidden, std::span<KvLayerCache> caches, float eps,
                        Tensor& residual, Tensor& normed, Tensor& branch) {
   Backend& b = ctx.backend;
   const int64_t rows = residual.rows(), width = residual.cols();
-  MOET_CHECK(int64_t(hidden.size()) == rows * width, "MTP step: {} hidden values for {} rows of {}", hidden.size(),
-             rows, width);
+  MOET_CHECK(hidden.rows() == rows && hidden.cols() == width, "MTP step: hidden [{}, {}] for {} rows of {}",
+             hidden.rows(), hidden.cols(), rows, width);
   Tensor h = b.alloc({rows, width});
-  b.from_host(hidden.data(), h);
+  b.rmsnorm(hidden, hnorm, eps, h);
   Tensor e = b.alloc({rows, width});
   b.embedding(embed, 0, e);
   b.rmsnorm(e, enorm, eps, e);
-  b.rmsnorm(h, hnorm, eps, h);
   Tensor both = b.alloc({rows, 2 * width});
   b.copy_columns(e, width, 0, both, 2 * width, 0, rows, width);
   b.copy_columns(h, width, 0, both, 2 * width, width, rows, width);

@@ -25,11 +25,11 @@ struct MtpLayer {
   Tensor enorm, hnorm, eh_proj, head_norm, embed, head;
   DecoderLayer layer;
 
-  // The rows of the step (tokens t_{i+1} from the step inputs, `hidden` the h_i [rows, hidden] in
-  // host memory) through the layer: `normed` = g [rows, hidden]; `residual` and `branch` are
-  // scratch of the same shape.
-  void forward(StepContext& ctx, const std::vector<float>& hidden, std::span<KvLayerCache> caches, float eps,
-               Tensor& residual, Tensor& normed, Tensor& branch);
+  // The rows of the step (tokens t_{i+1} from the step inputs, `hidden` the h_i [rows, hidden] on
+  // the backend, only read: a replayed pass reads it again) through the layer: `normed` = g
+  // [rows, hidden]; `residual` and `branch` are scratch of the same shape.
+  void forward(StepContext& ctx, const Tensor& hidden, std::span<KvLayerCache> caches, float eps, Tensor& residual,
+               Tensor& normed, Tensor& branch);
 };
 
 // Fails with a one-line error naming the model folder's config and tensors when the checkpoint has

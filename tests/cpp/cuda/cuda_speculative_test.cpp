@@ -1,5 +1,6 @@
 // Speculative decoding on the GPU (docs/speculative.md, "CUDA"): what must hold before the gate in
-// cli/speculative_options.cpp can be lifted. Not yet run on a GPU; it skips where none is visible.
+// cli/speculative_options.cpp could be lifted (it was, after they passed on an H100); skipped where
+// no GPU is visible.
 //  - A verify step's logit rows are bit-identical (memcmp) to the plain decode steps' at the same
 //    positions: row 0 to the decode step of the same position, row i to the decode step i
 //    positions later (the drafts being the greedy tokens), for 1, 2, 3, 4, 5, 8, 12 and 32
@@ -10,6 +11,7 @@
 //  - A long prompt chunk still takes cuBLASLt; a verify step of 32 rows does not.
 //  - The MTP layer's draft logits on CUDA are within 2e-3 of the CPU backend's, same argmax.
 //  - Greedy output through the engine with k = 1, 2, 3 equals the output without speculation.
+//  - Verify and chained draft steps replayed from CUDA graphs equal the same steps run eagerly.
 #include "gpu_test_util.h"
 
 #include "engine/engine_core.h"
@@ -202,6 +204,70 @@ TEST(CudaSpeculative, GreedyOutputIsUnchanged) {
       EXPECT_EQ(run(R"({"method":"mtp","num_speculative_tokens":)" + std::to_string(k) + "}"), expected)
           << c.name << ", k " << k;
   }
+}
+
+// Verify steps and chained MTP draft steps run as CUDA graphs (engine/step_runner.h, step_recurs):
+// a replay with new inputs (other drafts; other hidden rows, staged outside the graph) is
+// memcmp-equal to the same step run eagerly, and differs from the captured pass where its inputs do.
+TEST(CudaSpeculative, GraphedVerifyAndDraftStepsEqualEagerOnes) {
+  MOET_SKIP_WITHOUT_GPU();
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "models" / "tiny");
+  auto backend = cuda_backend_create({});
+  auto model = load_mtp(checkpoint, *backend);
+  const int64_t prompt = 9, k = 2, batch = 2, width = model->config().hidden_size;
+  SequenceBatch sequences(*model, batch, prompt + k + 1, 4);
+  sequences.runner().set_row_invariant(true);
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t i = 0; i < prompt; ++i) sequences.sequence(s).tokens.push_back(int32_t((i * 29 + s * 13) % 500 + 3));
+    sequences.run_rows(s, 0, prompt, ChunkRows::last);
+  }
+  const auto with_drafts = [&](int32_t first) {  // the last token and k drafts, then the verify plan
+    StepPlan plan;
+    for (int64_t s = 0; s < batch; ++s) {
+      Sequence& seq = sequences.sequence(s);
+      seq.tokens.resize(size_t(prompt));
+      for (int64_t i = 0; i <= k; ++i) seq.tokens.push_back(int32_t(first + 7 * i + s));
+      plan.chunks.push_back({&seq, prompt, k + 1, ChunkRows::all});
+    }
+    plan.num_tokens = batch * (k + 1);
+    return plan;
+  };
+  const auto draft_plan = [&](const std::vector<float>* hidden) {  // one chained draft row a sequence
+    StepPlan plan;
+    for (int64_t s = 0; s < batch; ++s) plan.chunks.push_back({&sequences.sequence(s), prompt, 1, ChunkRows::last});
+    plan.num_tokens = batch;
+    plan.top_logits = 1;
+    plan.mtp_hidden = hidden;
+    return plan;
+  };
+  std::vector<float> hidden_a(size_t(batch * width)), hidden_b(size_t(batch * width));
+  for (size_t i = 0; i < hidden_a.size(); ++i) {
+    hidden_a[i] = float(int(i % 17) - 8) * 0.25f;
+    hidden_b[i] = float(int(i % 13) - 6) * 0.3f;
+  }
+  const auto run = [&](const StepPlan& plan) { return sequences.runner().run(plan).output; };
+  ASSERT_TRUE(backend->set_graphs(true));
+  const GraphStats before = backend->graph_stats();
+  const std::vector<float> verify_captured = run(with_drafts(40)).logits;
+  const std::vector<float> verify_replayed = run(with_drafts(90)).logits;
+  const StepOutput draft_captured = run(draft_plan(&hidden_a));
+  const StepOutput draft_replayed = run(draft_plan(&hidden_b));
+  const GraphStats after = backend->graph_stats();
+  EXPECT_EQ(after.captures - before.captures, 2);
+  EXPECT_EQ(after.replays - before.replays, 2);
+  EXPECT_EQ(after.failures, before.failures);
+  backend->set_graphs(false);
+  const std::vector<float> verify_eager = run(with_drafts(90)).logits;
+  const StepOutput draft_eager = run(draft_plan(&hidden_b));
+  ASSERT_EQ(verify_replayed.size(), verify_eager.size());
+  EXPECT_TRUE(same_bits(verify_replayed.data(), verify_eager.data(), int64_t(verify_eager.size())));
+  EXPECT_FALSE(same_bits(verify_captured.data(), verify_replayed.data(), int64_t(verify_eager.size())));
+  ASSERT_EQ(draft_replayed.top.values.size(), draft_eager.top.values.size());
+  EXPECT_EQ(draft_replayed.top.ids, draft_eager.top.ids);
+  EXPECT_TRUE(same_bits(draft_replayed.top.values.data(), draft_eager.top.values.data(),
+                        int64_t(draft_eager.top.values.size())));
+  EXPECT_NE(draft_captured.top.values, draft_replayed.top.values);
+  backend->set_graphs(true);
 }
 
 }  // namespace

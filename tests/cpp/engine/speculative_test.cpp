@@ -532,25 +532,33 @@ TEST(RowInvariantSteps, EveryChunkAtMostTheLongestVerifyChunk) {
 
 // Which steps of an MTP run the runner marks, told apart by what they are (not by their size):
 // every verify, decode and chained draft step, and the MTP catch-up after a verify step; never the
-// prompts of 20 tokens nor the MTP catch-up over them.
+// prompts of 20 tokens nor the MTP catch-up over them. Also which of them the runner would capture
+// as CUDA graphs (StepHook::before_pass's `recurring`).
 class StepKinds final : public StepHook {
  public:
   explicit StepKinds(const StepRunner& runner) : runner_(runner) {}
   struct Count {
-    int64_t marked = 0, unmarked = 0;
+    int64_t marked = 0, unmarked = 0, recurring = 0;
   };
-  StepDecision after_pass(const StepPlan& plan, const StepOutput&, int64_t pass) override {
-    if (pass > 0) return StepDecision::done;
-    bool prompt = false, drafts = false;
+  static const char* kind_of(const StepPlan& plan) {
+    bool prompt = false, drafts = false, multi_row = false;
     for (const ScheduledChunk& chunk : plan.chunks) {
       prompt = prompt || chunk.begin == 0;
       drafts = drafts || chunk.seq->num_draft_tokens > 0;
+      multi_row = multi_row || chunk.count > 1;
     }
-    const char* kind = plan.mtp_hidden ? (prompt ? "catch-up over prompts" : "draft")
-                       : prompt        ? "prompt"
-                       : drafts        ? "verify"
-                                       : "decode";
-    Count& count = counts[kind];
+    return plan.mtp_hidden ? (prompt ? "catch-up over prompts" : multi_row ? "catch-up" : "draft")
+           : prompt        ? "prompt"
+           : drafts        ? "verify"
+                           : "decode";
+  }
+  bool before_pass(const StepPlan& plan, int64_t pass, bool recurring) override {
+    if (pass == 0 && recurring) ++counts[kind_of(plan)].recurring;
+    return true;
+  }
+  StepDecision after_pass(const StepPlan& plan, const StepOutput&, int64_t pass) override {
+    if (pass > 0) return StepDecision::done;
+    Count& count = counts[kind_of(plan)];
     ++(runner_.marks_row_invariant(plan) ? count.marked : count.unmarked);
     return StepDecision::done;
   }
@@ -581,7 +589,44 @@ TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
   EXPECT_EQ(counts["catch-up over prompts"].unmarked, 1);
   EXPECT_GT(counts["verify"].marked, 0);
   EXPECT_GT(counts["draft"].marked, 0);
-  for (const char* kind : {"verify", "draft", "decode"}) EXPECT_EQ(counts[kind].unmarked, 0) << kind;
+  for (const char* kind : {"verify", "draft", "catch-up", "decode"}) EXPECT_EQ(counts[kind].unmarked, 0) << kind;
+}
+
+// Verify steps and chained draft steps recur (CUDA graphs) like decode steps; the catch-up draft
+// steps (several rows a chunk, logits of the last) and prompts do not. Without speculation a verify
+// shape never occurs and decode steps recur as before.
+TEST(RowInvariantSteps, VerifyAndChainedDraftStepsRecur) {
+  EngineCore engine(*tiny().model, std::nullopt, engine_config(2048, 512, false, mtp_config(3)));
+  StepKinds kinds(engine.runner());
+  engine.runner().add_hook(&kinds);
+  run(engine, twenty_token_prompts());
+  auto& counts = kinds.counts;
+  for (const char* kind : {"verify", "draft"}) {
+    EXPECT_GT(counts[kind].recurring, 0) << kind;
+    EXPECT_EQ(counts[kind].recurring, counts[kind].marked) << kind;
+  }
+  EXPECT_GT(counts["catch-up"].marked, 0);
+  for (const char* kind : {"catch-up", "catch-up over prompts", "prompt"}) EXPECT_EQ(counts[kind].recurring, 0) << kind;
+}
+
+// The rule itself: a multi-row chunk recurs only in a row-invariant step and only when it returns
+// every row's logits.
+TEST(RowInvariantSteps, MultiRowChunksRecurOnlyRowInvariantWithEveryRowsLogits) {
+  Sequence a, b;
+  a.tokens.assign(10, 5);
+  b.tokens.assign(10, 5);
+  const auto plan = [&](int64_t rows_a, ChunkRows logits_a) {
+    StepPlan p;
+    p.chunks.push_back({&a, 10 - rows_a, rows_a, logits_a});
+    p.chunks.push_back({&b, 9, 1, ChunkRows::last});
+    return p;
+  };
+  EXPECT_TRUE(step_recurs(plan(1, ChunkRows::last), false));  // decode
+  EXPECT_TRUE(step_recurs(plan(1, ChunkRows::if_sampling), false));
+  EXPECT_FALSE(step_recurs(plan(1, ChunkRows::none), false));
+  EXPECT_TRUE(step_recurs(plan(4, ChunkRows::all), true));  // verify, k = 3
+  EXPECT_FALSE(step_recurs(plan(4, ChunkRows::all), false));
+  EXPECT_FALSE(step_recurs(plan(4, ChunkRows::last), true));  // a draft catch-up or a short prompt
 }
 
 // Without speculative decoding no step is marked: decode steps keep the kernels sized to their rows.
