@@ -1,8 +1,10 @@
 // `moet bench --speculative-config`: what speculative decoding's steps cost on this model and
 // device, measured on the bench's sequences and KV cache after its decode passes: verify steps
 // of j + 1 rows of every sequence (j = 1 .. k, each row returning its logits; keyed by rows per
-// sequence) next to the bench's decode step, and for mtp a draft step (the MTP layer, one row per
-// sequence). From those it projects the decode tokens/s each acceptance length L = 1 .. k + 1
+// sequence) next to the bench's decode step and to a decode step with the row-invariant kernels a
+// speculative engine runs (what row invariance costs plain decode), and for mtp a chained draft
+// step (the MTP layer, one row per sequence). Each kind of step runs once untimed first (its CUDA
+// graph's capture). From those it projects the decode tokens/s each acceptance length L = 1 .. k + 1
 // would give at k (L tokens per cycle of one verify step and k draft steps). Acceptance itself
 // needs real text: `moet generate --prompts-file F --speculative-config ... --json` reports it.
 #pragma once

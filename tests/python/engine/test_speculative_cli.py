@@ -85,5 +85,6 @@ def test_bench_reports_step_costs(run_moet, tmp_path):
     assert spec["method"] == "mtp" and spec["num_speculative_tokens"] == 2
     assert list(spec["verify_step_us"]) == ["2", "3"] and min(spec["verify_step_us"].values()) > 0
     assert spec["draft_step_us"] > 0 and min(spec["verify_cost_ratio"].values()) > 0
+    assert spec["decode_step_us_row_invariant"] > 0
     projected = spec["decode_tokens_per_s_at_acceptance_length"]
     assert list(projected) == ["1", "2", "3"] and projected["3"] == pytest.approx(3 * projected["1"])
