@@ -2,7 +2,8 @@
 // against the caller's expectation and otherwise throws a moet::Error saying why (stale,
 // truncated, corrupt sidecar), so a stale pack is never used. read() fetches a batch of slots,
 // each `stride` bytes, into caller buffers with one of three back ends:
-//   pread   a pool of threads doing buffered preads (default; POSIX_FADV_WILLNEED hints first)
+//   pread   a pool of threads doing buffered preads of pieces of at most 1 MiB, so a batch of a few
+//           rows keeps every thread busy (default; POSIX_FADV_WILLNEED hints first)
 //   direct  the same through an O_DIRECT descriptor (buffers and stride 4 KiB aligned)
 //   uring   one io_uring submission of the whole batch (when built with liburing)
 // A reader is used by one thread at a time (its thread pool runs one batch at a time).

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 namespace moet {
@@ -87,6 +88,38 @@ TEST_F(PackTest, DirectIoReadsSameBytes) {
 TEST_F(PackTest, IoUringReadsSameBytes) {
   build();
   expect_reads_match(PackIo::uring);
+}
+
+// Rows larger than a read piece (1 MiB) are read in pieces by several threads: every byte of every
+// row lands in place, with each thread-pool back end.
+TEST_F(PackTest, RowsLargerThanAReadPieceReadWhole) {
+  spec_.hidden = 1024;
+  spec_.intermediate = 1536;
+  const uint64_t stride = spec_.layout().stride;
+  ASSERT_GT(stride, uint64_t(1) << 20);
+  const auto row_bytes = [&](int64_t layer, int64_t expert, uint8_t* row) {
+    for (uint64_t i = 0; i < stride; ++i) row[i] = uint8_t((i * 131 + uint64_t(layer) * 7 + uint64_t(expert) * 29) >> 3);
+  };
+  pack_ensure_rows(paths_, spec_, row_bytes, false);
+  std::vector<uint8_t> expected(stride);
+  for (PackIo io : {PackIo::pread, PackIo::direct}) {
+    std::unique_ptr<PackReader> reader;
+    try {
+      reader = PackReader::open(paths_, spec_, io, 3);
+    } catch (const Error& e) {
+      GTEST_SKIP() << pack_io_name(io) << " refused here: " << e.what();
+    }
+    const std::vector<PackRead> reads = {{1, 3, nullptr}, {2, 0, nullptr}};
+    uint8_t* buffer = static_cast<uint8_t*>(std::aligned_alloc(kPackAlign, stride * reads.size()));
+    std::vector<PackRead> placed = reads;
+    for (size_t i = 0; i < placed.size(); ++i) placed[i].dst = buffer + i * stride;
+    reader->read(placed);
+    for (const PackRead& r : placed) {
+      row_bytes(r.layer, r.expert, expected.data());
+      EXPECT_EQ(std::memcmp(r.dst, expected.data(), stride), 0) << pack_io_name(io) << " " << r.layer << "/" << r.expert;
+    }
+    std::free(buffer);
+  }
 }
 
 TEST_F(PackTest, Fp4PackAndRankSplit) {
