@@ -35,6 +35,7 @@ nlohmann::json bench_speculative(SequenceBatch& sequences, const SpeculativeConf
              steps, k);
   StepRunner& runner = sequences.runner();
   runner.set_row_invariant(true);  // as the engine runs with speculative decoding
+  runner.set_speculative_graphs(config.graph_steps);
   const int64_t batch = sequences.size(), hidden = runner.model().config().hidden_size, timed = steps - k - 1;
   // Steps at positions prompt_len + i of every sequence: chunks of `rows` rows ([token, rows - 1
   // drafts]: the drafts are the tokens the decode passes produced, so they rewrite the same KV

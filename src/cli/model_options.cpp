@@ -52,8 +52,9 @@ void DeviceOptions::add_to(CLI::App& sub) {
                "cuda: time every op of eager steps with CUDA events from the start (the per-op profile)")
       ->envname("MOET_CUDA_PROFILE");
   sub.add_flag("--cuda-unverified", cuda_unverified,
-               "cuda: run the paths that are refused until their CUDA tests have passed on a GPU (tensor / "
-               "expert parallelism); for the verification runs on a GPU machine, results not yet trusted")
+               "cuda: run the paths that are refused or left off until their CUDA tests have passed on a GPU "
+               "(tensor / expert parallelism; speculative verify and draft steps as CUDA graphs); for the "
+               "verification runs on a GPU machine, results not yet trusted")
       ->envname("MOET_CUDA_UNVERIFIED");
 }
 

@@ -11,6 +11,10 @@ void SpeculativeOptions::add_to(CLI::App& sub) {
                  "in one step, greedy output unchanged (docs/speculative.md)");
 }
 
-SpeculativeConfig SpeculativeOptions::resolve() const { return speculative_config_parse(json); }
+SpeculativeConfig SpeculativeOptions::resolve(const DeviceOptions& device) const {
+  SpeculativeConfig config = speculative_config_parse(json);
+  config.graph_steps = !device.refuses_unverified();
+  return config;
+}
 
 }  // namespace moet::cli

@@ -107,6 +107,7 @@ EngineCore::EngineCore(Model& model, std::optional<Tokenizer> tokenizer, const E
       sampling_pool_(int(std::min(kSamplingThreads, std::max(1u, std::thread::hardware_concurrency())))) {
   // A verify row must compute the bits of the decode step it replaces (step_runner.h).
   runner_.set_row_invariant(speculator_ != nullptr);
+  runner_.set_speculative_graphs(speculator_ != nullptr && config_.speculative.graph_steps);
 }
 
 EngineCore::~EngineCore() = default;

@@ -38,6 +38,10 @@ struct SpeculativeConfig {
   int64_t num_speculative_tokens = 0;  // k: drafts per verify step
   int64_t prompt_lookup_min = 0;       // ngram: the n-gram lengths tried, longest first
   int64_t prompt_lookup_max = 0;
+  // Verify and chained draft steps captured as CUDA graphs like decode steps
+  // (StepRunner::set_speculative_graphs); the CLI turns it on except on CUDA without
+  // --cuda-unverified until its CUDA test has passed on a GPU.
+  bool graph_steps = false;
   bool enabled() const { return method != Method::none; }
 };
 

@@ -138,7 +138,8 @@ StepOutcome StepRunner::run(const StepPlan& plan) {
       if (batch.positions[size_t(batch.logit_rows[i])] >= first_sampled) batch.confidence_rows.push_back(int32_t(i));
     }
   }
-  const bool recurring = step_recurs(plan, batch.row_invariant);
+  const bool recurring =
+      step_recurs(plan, batch.row_invariant && speculative_graphs_) && (!plan.mtp_hidden || speculative_graphs_);
   const GraphKey key = recurring ? graph_key(batch) : GraphKey{};
   ++stats_.steps;
   for (;;) {

@@ -19,8 +19,8 @@
 // and every step of a runner not set so, keep the kernels sized to their rows (the fastest:
 // cuBLASLt for many rows; docs/design.md, "Numerics").
 //
-// Steps whose shape recurs (step_recurs(): decode steps, and in a row-invariant runner verify
-// steps and the chained MTP draft steps) run as CUDA graphs under a key the runner builds: this
+// Steps whose shape recurs (step_recurs(): decode steps, and in a row-invariant runner set to
+// (set_speculative_graphs()) verify steps and the chained MTP draft steps) run as CUDA graphs under a key the runner builds: this
 // runner, the KV cache's memory, the logit, hidden and confidence rows and the top-logits width
 // (the backend adds rows, sequences and table stride; a draft step's model adds where its hidden
 // rows are staged), unless a hook needs the pass eager. When the model's experts are tiered (experts/residency.h),
@@ -99,6 +99,9 @@ class StepRunner {
   void add_hook(StepHook* hook) { hooks_.push_back(hook); }
   // Marks decode-like steps row-invariant from now on (off by default).
   void set_row_invariant(bool on) { row_invariant_ = on; }
+  // Whether verify steps and chained draft steps are captured as CUDA graphs (step_recurs());
+  // off: only one-row-per-chunk target steps are (engine/speculative.h, graph_steps).
+  void set_speculative_graphs(bool on) { speculative_graphs_ = on; }
   // Whether `plan` runs as a row-invariant step here.
   bool marks_row_invariant(const StepPlan& plan) const { return row_invariant_ && row_invariant_step(plan); }
   StepOutcome run(const StepPlan& plan);
@@ -119,6 +122,7 @@ class StepRunner {
   KvCache cache_;
   int64_t id_;  // unique per runner in the process (graph keys)
   bool row_invariant_ = false;
+  bool speculative_graphs_ = false;
   std::unique_ptr<StepHook> residency_;  // the tiered experts' protocol (first of hooks_)
   std::unique_ptr<ConfidenceGate> gate_;  // the FP4 tier's manager and gate (next)
   std::vector<StepHook*> hooks_;

@@ -10,7 +10,8 @@
 //    (docs/design.md "Numerics", docs/speculative.md "CUDA").
 //  - A long prompt chunk still takes cuBLASLt; a verify step of 32 rows does not.
 //  - The MTP layer's draft logits on CUDA are within 2e-3 of the CPU backend's, same argmax.
-//  - Greedy output through the engine with k = 1, 2, 3 equals the output without speculation.
+//  - Greedy output through the engine with k = 1, 2, 3 equals the output without speculation,
+//    with verify and draft steps eager and as CUDA graphs (SpeculativeConfig::graph_steps).
 //  - Verify and chained draft steps replayed from CUDA graphs equal the same steps run eagerly.
 #include "gpu_test_util.h"
 
@@ -183,13 +184,14 @@ TEST(CudaSpeculative, GreedyOutputIsUnchanged) {
       for (size_t t = 0; t < 6 + i % 5; ++t) requests[i].prompt.push_back(int32_t((i * 37 + t * 11) % 500 + 3));
       requests[i].max_tokens = 16;
     }
-    const auto run = [&](const std::string& speculative) {
+    const auto run = [&](const std::string& speculative, bool graph_steps = false) {
       EngineConfig config;
       config.block_size = 4;
       config.num_blocks = 1024;
       config.max_model_len = 64;
       config.max_num_batched_tokens = 64;
       config.speculative = speculative_config_parse(speculative);
+      config.speculative.graph_steps = graph_steps;
       EngineCore engine(*model, std::nullopt, config);
       std::vector<std::vector<int32_t>> out(requests.size());
       for (size_t i = 0; i < requests.size(); ++i)
@@ -201,8 +203,9 @@ TEST(CudaSpeculative, GreedyOutputIsUnchanged) {
     };
     const auto expected = run("");
     for (int k = 1; k <= 3; ++k)
-      EXPECT_EQ(run(R"({"method":"mtp","num_speculative_tokens":)" + std::to_string(k) + "}"), expected)
-          << c.name << ", k " << k;
+      for (const bool graph_steps : {false, true})
+        EXPECT_EQ(run(R"({"method":"mtp","num_speculative_tokens":)" + std::to_string(k) + "}", graph_steps), expected)
+            << c.name << ", k " << k << ", verify and draft steps as graphs: " << graph_steps;
   }
 }
 
@@ -217,6 +220,7 @@ TEST(CudaSpeculative, GraphedVerifyAndDraftStepsEqualEagerOnes) {
   const int64_t prompt = 9, k = 2, batch = 2, width = model->config().hidden_size;
   SequenceBatch sequences(*model, batch, prompt + k + 1, 4);
   sequences.runner().set_row_invariant(true);
+  sequences.runner().set_speculative_graphs(true);
   for (int64_t s = 0; s < batch; ++s) {
     for (int64_t i = 0; i < prompt; ++i) sequences.sequence(s).tokens.push_back(int32_t((i * 29 + s * 13) % 500 + 3));
     sequences.run_rows(s, 0, prompt, ChunkRows::last);

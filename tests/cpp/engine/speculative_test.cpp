@@ -592,21 +592,26 @@ TEST(RowInvariantSteps, VerifyDecodeAndDraftStepsAreMarkedPromptsAreNot) {
   for (const char* kind : {"verify", "draft", "catch-up", "decode"}) EXPECT_EQ(counts[kind].unmarked, 0) << kind;
 }
 
-// Verify steps and chained draft steps recur (CUDA graphs) like decode steps; the catch-up draft
-// steps (several rows a chunk, logits of the last) and prompts do not. Without speculation a verify
-// shape never occurs and decode steps recur as before.
-TEST(RowInvariantSteps, VerifyAndChainedDraftStepsRecur) {
-  EngineCore engine(*tiny().model, std::nullopt, engine_config(2048, 512, false, mtp_config(3)));
-  StepKinds kinds(engine.runner());
-  engine.runner().add_hook(&kinds);
-  run(engine, twenty_token_prompts());
-  auto& counts = kinds.counts;
-  for (const char* kind : {"verify", "draft"}) {
-    EXPECT_GT(counts[kind].recurring, 0) << kind;
-    EXPECT_EQ(counts[kind].recurring, counts[kind].marked) << kind;
+// With SpeculativeConfig::graph_steps, verify steps and chained draft steps recur (CUDA graphs)
+// like decode steps; the catch-up draft steps (several rows a chunk, logits of the last) and
+// prompts never do. Without it only the decode steps recur.
+TEST(RowInvariantSteps, VerifyAndChainedDraftStepsRecurWithGraphSteps) {
+  for (const bool graph_steps : {true, false}) {
+    EngineConfig config = engine_config(2048, 512, false, mtp_config(3));
+    config.speculative.graph_steps = graph_steps;
+    EngineCore engine(*tiny().model, std::nullopt, config);
+    StepKinds kinds(engine.runner());
+    engine.runner().add_hook(&kinds);
+    run(engine, twenty_token_prompts());
+    auto& counts = kinds.counts;
+    for (const char* kind : {"verify", "draft"}) {
+      EXPECT_GT(counts[kind].marked, 0) << kind;
+      EXPECT_EQ(counts[kind].recurring, graph_steps ? counts[kind].marked : 0) << kind << " " << graph_steps;
+    }
+    EXPECT_EQ(counts["decode"].recurring, counts["decode"].marked);
+    EXPECT_GT(counts["catch-up"].marked, 0);
+    for (const char* kind : {"catch-up", "catch-up over prompts", "prompt"}) EXPECT_EQ(counts[kind].recurring, 0) << kind;
   }
-  EXPECT_GT(counts["catch-up"].marked, 0);
-  for (const char* kind : {"catch-up", "catch-up over prompts", "prompt"}) EXPECT_EQ(counts[kind].recurring, 0) << kind;
 }
 
 // The rule itself: a multi-row chunk recurs only in a row-invariant step and only when it returns
