@@ -511,18 +511,27 @@ TEST(SpeculativeEngine, PrefixHitsGiveTheDraftsOfAnUncachedRun) {
 
 // ---------------------------------------------------------------------------------- decode-like steps
 
+// Two sequences of 40 known tokens and a step of one chunk each, ending at the last token: rows_a
+// rows of `a` returning logits_a, rows_b rows of `b` returning its last row's.
+struct TwoSequences {
+  Sequence a, b;
+  TwoSequences() {
+    a.tokens.assign(40, 5);
+    b.tokens.assign(40, 5);
+  }
+  StepPlan plan(int64_t rows_a, int64_t rows_b, ChunkRows logits_a = ChunkRows::last) {
+    StepPlan p;
+    p.chunks.push_back({&a, 40 - rows_a, rows_a, logits_a});
+    p.chunks.push_back({&b, 40 - rows_b, rows_b, ChunkRows::last});
+    return p;
+  }
+};
+
 // The rule (engine/step_runner.h): a step is row-invariant when every chunk has at most
 // kRowInvariantMaxRun rows (the verify chunk of the largest k), whatever else the step holds.
 TEST(RowInvariantSteps, EveryChunkAtMostTheLongestVerifyChunk) {
-  Sequence a, b;
-  a.tokens.assign(40, 5);
-  b.tokens.assign(40, 5);
-  const auto plan = [&](int64_t rows_a, int64_t rows_b) {
-    StepPlan p;
-    p.chunks.push_back({&a, 0, rows_a});
-    p.chunks.push_back({&b, 0, rows_b});
-    return p;
-  };
+  TwoSequences two;
+  const auto plan = [&](int64_t rows_a, int64_t rows_b) { return two.plan(rows_a, rows_b); };
   EXPECT_TRUE(row_invariant_step(plan(1, 1)));                                        // decode
   EXPECT_TRUE(row_invariant_step(plan(4, 1)));                                        // a verify chunk, k = 3
   EXPECT_TRUE(row_invariant_step(plan(kRowInvariantMaxRun, kRowInvariantMaxRun)));   // k = 15
@@ -617,15 +626,8 @@ TEST(RowInvariantSteps, VerifyAndChainedDraftStepsRecurWithGraphSteps) {
 // The rule itself: a multi-row chunk recurs only in a row-invariant step and only when it returns
 // every row's logits.
 TEST(RowInvariantSteps, MultiRowChunksRecurOnlyRowInvariantWithEveryRowsLogits) {
-  Sequence a, b;
-  a.tokens.assign(10, 5);
-  b.tokens.assign(10, 5);
-  const auto plan = [&](int64_t rows_a, ChunkRows logits_a) {
-    StepPlan p;
-    p.chunks.push_back({&a, 10 - rows_a, rows_a, logits_a});
-    p.chunks.push_back({&b, 9, 1, ChunkRows::last});
-    return p;
-  };
+  TwoSequences two;
+  const auto plan = [&](int64_t rows_a, ChunkRows logits_a) { return two.plan(rows_a, 1, logits_a); };
   EXPECT_TRUE(step_recurs(plan(1, ChunkRows::last), false));  // decode
   EXPECT_TRUE(step_recurs(plan(1, ChunkRows::if_sampling), false));
   EXPECT_FALSE(step_recurs(plan(1, ChunkRows::none), false));
