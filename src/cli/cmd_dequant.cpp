@@ -5,11 +5,12 @@
 // layers) in one run, tensors spread over --threads, and writes one safetensors file of F32
 // [N, K] tensors under their hub names (what the quality harness swaps into a model copy).
 // Formats: source (exact values), bf16, f16, fp8 (e4m3, 128x128 blocks), mxfp4, nvfp4, w2,
-// w2k, w2-asym. mxfp4, w2 (with --w2-quantizer) and w2k run the requantization the pack builder
-// runs (MXFP4 sources keep their scales; --imatrix weighs w2k and w2-opt as in packs); the others
-// run the float64 reference quantizers of formats/.
+// w2k, w2-asym. mxfp4, w2 (with --w2-quantizer) and w2k (with --w2k-quantizer) run the
+// requantization the pack builder runs (MXFP4 sources keep their scales; --imatrix weighs w2k and
+// w2-opt, --layer-moments feeds w2k's LDLQ, as in packs); the others run the float64 reference
+// quantizers of formats/.
 #include "cli/commands.h"
-#include "cli/expert_options.h"
+#include "cli/quantizer_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -23,6 +24,7 @@
 #include "io/safetensors.h"
 #include "io/pack_source.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -34,7 +36,8 @@ namespace moet::cli {
 namespace {
 
 struct DequantOptions {
-  std::string model, tensor, format = "w2", zero_mode = "auto", w2_quantizer = "reference", imatrix, out;
+  std::string model, tensor, format = "w2", zero_mode = "auto", out;
+  QuantizerFlags quantizer;
   int64_t expert = -1;
   int threads = 0;
   bool all_experts = false;
@@ -42,12 +45,20 @@ struct DequantOptions {
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
-// importance: the tensor's imatrix column weights (null: none).
-std::vector<float> dequant(const SourceView& src, const DequantOptions& o, const float* importance, ThreadPool& pool) {
+// A routed-expert weight and what its quantizer reads besides the source.
+struct ExpertTensor {
+  std::string name;
+  int64_t layer = 0;
+  bool down = false;                // down's input (else gate's and up's)
+  const float* importance = nullptr;  // its imatrix column weights (null: none, or an MTP layer)
+  std::shared_ptr<const W2kLdlqFactor> ldlq;  // its input's LDLQ decomposition (null: none, or an MTP layer)
+};
+
+std::vector<float> dequant(const SourceView& src, const DequantOptions& o, const ExpertTensor& t, ThreadPool& pool) {
   const ZeroMode mode = zero_mode_parse(o.zero_mode);
   if (o.format == "w2" || o.format == "w2k") {
     const StoreFormat format = store_format_parse(o.format);
-    const QuantizeOptions options{mode, w2_quantizer_parse(o.w2_quantizer), importance};
+    const QuantizeOptions options{mode, w2_quantizer_parse(o.quantizer.w2), t.importance, t.ldlq.get()};
     return block_tensor_dequant(format, quantize(format, src, options, pool));
   }
   if (o.format == "mxfp4") return block_tensor_dequant(StoreFormat::fp4, quantize_fp4(src, pool));
@@ -68,16 +79,15 @@ std::vector<float> dequant(const SourceView& src, const DequantOptions& o, const
   fail("unknown format '{}' (expected source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2k|w2-asym)", o.format);
 }
 
-struct ExpertTensor {
-  std::string name;
-  const float* importance;  // its imatrix column weights (null: none, or an MTP layer)
-};
-
 // Every routed-expert weight of the checkpoint in layer order: the MoE layers of the main model,
-// then the MTP (nextn) layers that ship routed experts (the imatrix covers the main layers only).
-std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const Imatrix* imatrix) {
+// then the MTP (nextn) layers that ship routed experts (the imatrix and the layer moments cover the
+// main layers only). The quantizer's files must belong to the model; the LDLQ decompositions are
+// left to the caller.
+std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const QuantizerChoice& q) {
   const ModelConfig config = model_config_parse(ckpt.config());
+  const Imatrix* imatrix = q.imatrix.get();
   if (imatrix) imatrix_check(*imatrix, config, imatrix->path);
+  if (q.layer_moments) q.layer_moments->check(config);
   std::vector<ExpertTensor> tensors;
   const int64_t layers = config.num_hidden_layers + config.num_nextn_predict_layers;
   for (int64_t layer = 0; layer < layers; ++layer) {
@@ -87,7 +97,8 @@ std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const Im
       const auto n = config.expert_tensor_names(layer, e);
       for (const std::string* name : {&n.gate, &n.up, &n.down}) {
         if (!main_layer && ckpt.find(*name) == nullptr) continue;
-        tensors.push_back({*name, imatrix ? imatrix->input(layer, e, name == &n.down) : nullptr});
+        const bool down = name == &n.down;
+        tensors.push_back({*name, layer, down, imatrix ? imatrix->input(layer, e, down) : nullptr, nullptr});
       }
     }
   }
@@ -95,11 +106,15 @@ std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const Im
   return tensors;
 }
 
-void run_all_experts(const DequantOptions& o, const Imatrix* imatrix) {
+void run_all_experts(const DequantOptions& o, const QuantizerChoice& q) {
   const Checkpoint ckpt = Checkpoint::open(o.model);
-  const std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, imatrix);
+  std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, q);
   std::vector<TensorToWrite> tensors(experts.size());
   ThreadPool pool(o.threads);
+  if (q.layer_moments) {  // every layer's decompositions, made here in layer order, kept by the tensors
+    LdlqFactors factors(q.layer_moments, pool);
+    for (ExpertTensor& t : experts) t.ldlq = factors.get(t.layer, t.down);
+  }
   MOET_LOG_INFO("dequant {} routed-expert tensors -> {} ({} threads)", experts.size(), o.format, pool.size());
   // One tensor per work item, each quantized single-threaded: the quantizers give the same bits
   // for any thread count, so the file equals the per-tensor runs byte for byte.
@@ -110,7 +125,7 @@ void run_all_experts(const DequantOptions& o, const Imatrix* imatrix) {
     for (size_t i = begin; i < end; ++i) {
       try {
         const SourceView src = checkpoint_source_view(ckpt, experts[i].name);
-        const std::vector<float> values = dequant(src, o, experts[i].importance, inner);
+        const std::vector<float> values = dequant(src, o, experts[i], inner);
         TensorToWrite& t = tensors[i];
         t.name = experts[i].name;
         t.dtype = DType::f32;
@@ -129,24 +144,29 @@ void run_all_experts(const DequantOptions& o, const Imatrix* imatrix) {
 }
 
 void run(const DequantOptions& o) {
-  const std::shared_ptr<const Imatrix> imatrix =
-      imatrix_for(o.format, w2_quantizer_for(o.format, o.w2_quantizer), o.imatrix);
+  const QuantizerChoice q = o.quantizer.resolve(o.format);
   if (o.all_experts) {
     MOET_CHECK(o.tensor.empty() && o.expert < 0, "--all-experts takes no --tensor or --expert");
-    return run_all_experts(o, imatrix.get());
+    return run_all_experts(o, q);
   }
   MOET_CHECK(!o.tensor.empty(), "give --tensor NAME or --all-experts");
   const Checkpoint ckpt = Checkpoint::open(o.model);
   const SourceView src = checkpoint_source_view(ckpt, o.tensor, o.expert);
   MOET_LOG_INFO("dequant {}: {} [{}, {}] -> {}", o.tensor, source_format_name(src.format), src.rows, src.cols, o.format);
-  const float* importance = nullptr;
-  if (imatrix) {
-    for (const ExpertTensor& t : routed_expert_tensors(ckpt, imatrix.get()))
-      if (t.name == o.tensor) importance = t.importance;
-    MOET_CHECK(importance != nullptr, "--imatrix: {} is not a routed-expert weight of an MoE layer", o.tensor);
-  }
+  ExpertTensor tensor{o.tensor};
   ThreadPool pool(o.threads);
-  const std::vector<float> out = dequant(src, o, importance, pool);
+  if (q.imatrix || q.layer_moments) {  // the tensor's entries (an MoE layer's: the files hold no MTP layer)
+    const std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, q);
+    const auto it = std::find_if(experts.begin(), experts.end(), [&](const ExpertTensor& t) { return t.name == o.tensor; });
+    if (it != experts.end()) {
+      tensor = *it;
+      if (q.layer_moments) tensor.ldlq = LdlqFactors(q.layer_moments, pool).get(tensor.layer, tensor.down);
+    }
+    MOET_CHECK(tensor.importance != nullptr || tensor.ldlq != nullptr,
+               "--{}: {} is not a routed-expert weight of an MoE layer", q.imatrix ? "imatrix" : "layer-moments",
+               o.tensor);
+  }
+  const std::vector<float> out = dequant(src, o, tensor, pool);
   std::ofstream file(o.out, std::ios::binary);
   MOET_CHECK(file.good(), "{}: cannot write", o.out);
   file.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size() * sizeof(float)));
@@ -166,8 +186,7 @@ void register_dequant(CLI::App& app, Actions& actions) {
                 "--out is then one safetensors file of F32 [N, K] tensors under their hub names");
   sub->add_option("--format", o->format, "source|bf16|f16|fp8|mxfp4|nvfp4|w2|w2k|w2-asym")->required();
   sub->add_option("--zero-mode", o->zero_mode, "sign of exact zeros in w2: auto|sign|alt");
-  sub->add_option("--w2-quantizer", o->w2_quantizer, "w2: reference (default) or opt (exponents chosen by the error)");
-  sub->add_option("--imatrix", o->imatrix, "importance matrix (`moet imatrix`) for w2k and --w2-quantizer opt");
+  o->quantizer.add_to(*sub);
   sub->add_option("--expert", o->expert, "expert index into a fused [E, ...] tensor");
   sub->add_option("--threads", o->threads, "worker threads (0 = one per core); same bits for any count");
   sub->add_option("--out", o->out,

@@ -2,7 +2,8 @@
 // with dense experts (`--experts native`) and CUDA graphs off; the text is tokenized, cut into
 // windows of --context-tokens and each window is scored teacher-forced (engine/scorer.h, through
 // the step runner) while an ImatrixCollector observes every MoE layer. Prints a JSON summary.
-// --second-moments F also writes each expert's full input second moments (small models only).
+// --second-moments F also writes each expert's full input second moments (small models only);
+// --layer-moments F one matrix per layer and input (io/layer_moments.h: for W2K's LDLQ quantizer).
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -21,7 +22,7 @@ namespace moet::cli {
 namespace {
 
 struct ImatrixFlags {
-  std::string model_dir, text_file, out, second_moments;
+  std::string model_dir, text_file, out, second_moments, layer_moments;
   DeviceOptions device;
   int64_t max_tokens = 0;
   int64_t context_tokens = 1024;
@@ -41,7 +42,7 @@ void run(ImatrixFlags flags) {
   LoadedModel loaded = load_model(options);
   Model& model = *loaded.model;
   const int64_t window = std::min(flags.context_tokens, model.config().max_position_embeddings);
-  ImatrixCollector collector(model.config(), !flags.second_moments.empty());
+  ImatrixCollector collector(model.config(), !flags.second_moments.empty(), !flags.layer_moments.empty());
   model.experts().set_observer(&collector);
   int64_t windows = 0;
   for (size_t begin = 0; begin + 1 < ids.size(); begin += size_t(window)) {
@@ -56,6 +57,8 @@ void run(ImatrixFlags flags) {
   const Imatrix imatrix = collector.result(flags.min_tokens, int64_t(ids.size()), loaded.checkpoint->identity());
   const std::string hash = imatrix_write(flags.out, imatrix);
   if (!flags.second_moments.empty()) imatrix_second_moments_write(flags.second_moments, imatrix);
+  if (!flags.layer_moments.empty())
+    layer_moments_write(flags.layer_moments, collector.layer_moments(int64_t(ids.size()), loaded.checkpoint->identity()));
   int64_t fallback = 0;
   for (const auto& [layer, counts] : imatrix.expert_tokens)
     fallback += std::count_if(counts.begin(), counts.end(), [&](int32_t n) { return n < flags.min_tokens; });
@@ -88,6 +91,10 @@ void register_imatrix(CLI::App& app, Actions& actions) {
   sub->add_option("--second-moments", flags->second_moments,
                   "also write each expert's full input second moments E[x x^T] to this file (K x K floats per "
                   "expert and input: for small models)");
+  sub->add_option("--layer-moments", flags->layer_moments,
+                  "also write one input second-moment matrix E[x x^T] per MoE layer and input (gate_up: hidden x "
+                  "hidden, down: inner x inner; the mean over the layer's routed tokens) to this file: what "
+                  "--w2k-quantizer ldlq rounds against");
   actions[sub] = [flags] { run(*flags); };
 }
 

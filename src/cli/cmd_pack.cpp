@@ -1,9 +1,9 @@
 // `moet pack`: quantizes every routed expert of a checkpoint to W2, W2K or the FP4 tier format and
 // writes this rank's pack file and sidecar into --out (io/pack_writer.h). A pack that is already
-// valid for this checkpoint, format, zero mode, quantizer and imatrix is reused unless --force is
-// given.
+// valid for this checkpoint, format, zero mode, quantizer and the files it read (imatrix, layer
+// moments) is reused unless --force is given.
 #include "cli/commands.h"
-#include "cli/expert_options.h"
+#include "cli/quantizer_options.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -13,12 +13,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 namespace moet::cli {
 namespace {
 
 struct PackOptions {
-  std::string model, out, format = "w2", zero_mode = "auto", w2_quantizer = "reference", imatrix;
+  std::string model, out, format = "w2", zero_mode = "auto";
+  QuantizerFlags quantizer;
   int rank = 0, world = 1, threads = 0;
   bool force = false;
 };
@@ -26,14 +28,15 @@ struct PackOptions {
 void run(const PackOptions& o) {
   const Checkpoint ckpt = Checkpoint::open(o.model);
   const ModelConfig config = model_config_parse(ckpt.config());
-  const W2Quantizer quantizer = w2_quantizer_for(o.format, o.w2_quantizer);
-  const std::shared_ptr<const Imatrix> imatrix = imatrix_for(o.format, quantizer, o.imatrix);
+  const QuantizerChoice q = o.quantizer.resolve(o.format);
   const PackSpec spec = pack_spec_for(ckpt, config, store_format_parse(o.format), zero_mode_parse(o.zero_mode),
-                                      o.rank, o.world, {quantizer, imatrix.get()});
+                                      o.rank, o.world, q.pack());
   const PackPaths paths = pack_paths(o.out, spec.format, o.rank, o.world);
   ThreadPool pool(o.threads);
   const auto start = std::chrono::steady_clock::now();
-  const ExpertSourceFn sources = checkpoint_expert_sources(ckpt, config, imatrix.get());
+  std::optional<LdlqFactors> ldlq;
+  if (spec.w2k_quantizer == W2kQuantizer::ldlq) ldlq.emplace(q.layer_moments, pool);
+  const ExpertSourceFn sources = checkpoint_expert_sources(ckpt, config, q.imatrix.get(), ldlq ? &*ldlq : nullptr);
   bool built = true;
   if (o.force) {
     pack_build(paths, spec, sources, pool);
@@ -55,8 +58,7 @@ void register_pack(CLI::App& app, Actions& actions) {
   sub->add_option("--model", o->model, "model folder: config.json + *.safetensors")->required();
   sub->add_option("--out", o->out, "folder for the pack, its sidecar and lock file")->required();
   sub->add_option("--format", o->format, "expert format: w2 (2-bit base) | w2k (2-bit E8 codebook) | fp4 (MXFP4 tier)");
-  sub->add_option("--w2-quantizer", o->w2_quantizer, "w2: reference (default) or opt (exponents chosen by the error)");
-  sub->add_option("--imatrix", o->imatrix, "importance matrix (`moet imatrix`) for w2k and --w2-quantizer opt");
+  o->quantizer.add_to(*sub);
   sub->add_option("--zero-mode", o->zero_mode, "sign of exact zeros in w2: auto|sign|alt");
   sub->add_option("--rank", o->rank, "this rank (experts split contiguously over ranks)");
   sub->add_option("--world", o->world, "number of ranks");

@@ -25,13 +25,7 @@ void ExpertOptions::add_to(CLI::App& sub) {
                  "(MXFP4) or native (the checkpoint's values; FP8/FP4 sources decoded to F32)")
       ->envname("MOET_EXPERTS")
       ->check(CLI::IsMember({"native", "w2", "w2k", "fp4"}));
-  sub.add_option("--w2-quantizer", w2_quantizer,
-                 "how w2 picks its bytes: reference (the fixed pipeline, default) or opt (each block's exponent "
-                 "chosen by the error, weighted by --imatrix when given; same format)")
-      ->check(CLI::IsMember({"reference", "opt"}));
-  sub.add_option("--imatrix", imatrix,
-                 "importance matrix from `moet imatrix` for the quantizers that weigh their error by it "
-                 "(w2k, --w2-quantizer opt); its hash is part of a pack's identity");
+  quantizer.add_to(sub);
   sub.add_option("--zero-mode", zero_mode,
                  "W2 sign of exact zeros: auto (alt for tensors whose zeros are one-signed), sign "
                  "(keep the sign bit) or alt (alternate by column parity)")
@@ -106,8 +100,11 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   ModelLoadOptions options;
   options.experts = expert_mode_parse(experts);
   options.zero_mode = zero_mode_parse(zero_mode);
-  options.w2_quantizer = w2_quantizer_for(experts, w2_quantizer);
-  options.imatrix = imatrix_for(experts, options.w2_quantizer, imatrix);
+  const QuantizerChoice q = quantizer.resolve(experts);
+  options.w2_quantizer = q.w2;
+  options.imatrix = q.imatrix;
+  options.w2k_quantizer = q.w2k;
+  options.layer_moments = q.layer_moments;
   options.pack_dir = pack_dir;
   const uint64_t cache_bytes = gib_or_auto("--expert-cache-gb", cache_gb);
   const bool cache_on = cache_slots > 0 || cache_gb == "auto" || cache_bytes > 0;
@@ -158,21 +155,6 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
              "nothing to make exclusive (use ram or arena)");
   options.tiering = t;
   return options;
-}
-
-W2Quantizer w2_quantizer_for(const std::string& format, const std::string& quantizer) {
-  const W2Quantizer q = w2_quantizer_parse(quantizer);
-  MOET_CHECK(q == W2Quantizer::reference || format == "w2", "--w2-quantizer {} is for the w2 format, not {}",
-             quantizer, format);
-  return q;
-}
-
-std::shared_ptr<const Imatrix> imatrix_for(const std::string& format, W2Quantizer quantizer, const std::string& path) {
-  if (path.empty()) return nullptr;
-  MOET_CHECK(format == "w2k" || (format == "w2" && quantizer == W2Quantizer::opt),
-             "--imatrix is read by the w2k format and by --w2-quantizer opt only (not {}{})", format,
-             format == "w2" ? " with the reference quantizer" : "");
-  return std::make_shared<const Imatrix>(imatrix_read(path));
 }
 
 }  // namespace moet::cli

@@ -1,5 +1,5 @@
 // The flags that say how routed experts are stored (--experts native|w2|w2k|fp4, --zero-mode,
-// --w2-quantizer, --imatrix, --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
+// the quantizer flags of quantizer_options.h, --pack-dir) and whether the backend holds them all or is a cache over a host store (tiered
 // residency: --expert-cache-gb / --expert-cache-slots, --expert-store and its knobs, the miss
 // protocol's --miss-tolerance / --max-replays / --expert-eviction, --kpi-every; past the cache:
 // --expert-tiering, --cpu-experts and its --cpu-expert-threads / --expert-promote-per-step,
@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cli/fp4_options.h"
+#include "cli/quantizer_options.h"
 #include "experts/expert_loader.h"
 
 #include <CLI/CLI.hpp>
@@ -20,8 +21,7 @@ namespace moet::cli {
 struct ExpertOptions {
   std::string experts = "w2";
   std::string zero_mode = "auto";
-  std::string w2_quantizer = "reference";
-  std::string imatrix;
+  QuantizerFlags quantizer;
   std::string pack_dir;
   std::string cache_gb = "0";  // GiB, "auto", or 0 = every expert resident
   int64_t cache_slots = 0;
@@ -44,17 +44,12 @@ struct ExpertOptions {
   void add_to(CLI::App& sub);
   // max_step_rows: the most decode rows one step of this command can have (the engine's
   // max_num_seqs; the bench's batch): the expert cache must hold one such step's largest layer.
-  // Reads and checks --imatrix (a file of another model is refused when the model loads).
+  // Reads and checks the quantizers' files (a file of another model is refused when the model loads).
   ModelLoadOptions resolve(int64_t max_step_rows = 1) const;
 };
 
 // "auto" -> 0 (the caller's automatic size), else a non-negative number of GiB in bytes; a bad
 // value is an error naming `flag`.
 uint64_t gib_or_auto(const std::string& flag, const std::string& value);
-// --imatrix / --w2-quantizer as the quantizers take them: the opt quantizer is W2's only, and an
-// imatrix is read only by W2K and W2-opt (a one-line error for any other combination). Shared
-// with `moet pack` and `moet dequant`.
-W2Quantizer w2_quantizer_for(const std::string& format, const std::string& quantizer);
-std::shared_ptr<const Imatrix> imatrix_for(const std::string& format, W2Quantizer quantizer, const std::string& path);
 
 }  // namespace moet::cli

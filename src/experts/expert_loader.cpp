@@ -52,10 +52,10 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
   if (options_.experts == ExpertMode::native) return;
   const StoreFormat format = store_format_of(options_.experts);
   const int rank = options_.shard.rank, world = options_.shard.size;
-  const PackQuantizer quantizer{options_.w2_quantizer, options_.imatrix.get()};
   spec_ = checkpoint_ != nullptr
-              ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world, quantizer)
+              ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world, pack_quantizer())
               : random_pack_spec(config_, format);
+  if (spec_->w2k_quantizer == W2kQuantizer::ldlq) ldlq_ = std::make_unique<LdlqFactors>(options_.layer_moments, pool_);
   spec_->rank = rank;
   spec_->world = world;
   slot_.resize(spec_->layout().stride);
@@ -99,10 +99,15 @@ void ExpertLoader::fill_random(uint8_t* slot) {
 
 ExpertLoader::~ExpertLoader() = default;
 
-// Only the formats that read an importance matrix get it (W2K; W2 with the opt quantizer).
+PackQuantizer ExpertLoader::pack_quantizer() const {
+  return {options_.w2_quantizer, options_.imatrix.get(), options_.w2k_quantizer, options_.layer_moments.get()};
+}
+
+// Only the quantizers that read an importance matrix get it (the reference W2K; W2 with the opt
+// quantizer); W2K's LDLQ gets its layers' decompositions.
 ExpertSourceFn ExpertLoader::expert_sources() const {
-  const bool weighed = pack_uses_imatrix(spec_->format, {options_.w2_quantizer, options_.imatrix.get()});
-  return checkpoint_expert_sources(*checkpoint_, config_, weighed ? options_.imatrix.get() : nullptr);
+  const bool weighed = pack_uses_imatrix(spec_->format, pack_quantizer());
+  return checkpoint_expert_sources(*checkpoint_, config_, weighed ? options_.imatrix.get() : nullptr, ldlq_.get());
 }
 
 ExpertLayout ExpertLoader::layout() const {

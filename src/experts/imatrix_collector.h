@@ -7,11 +7,17 @@
 // unquantized model. Every forward must run once (no replays: no tiered residency) and eagerly.
 // With second_moments it also sums the outer products x x^T and a a^T (lower triangles, float64,
 // the diagonal by the same operations as the vectors): K^2 doubles per expert and input, a study
-// aid for small models (models/tiny); a full-size model would need one shared matrix per layer.
+// aid for small models (models/tiny). With layer_moments it sums them once per layer over every
+// (row, expert) pair instead (io/layer_moments.h: a row's x x^T weighted by the number of experts
+// it went to; a a^T in row order, each row's experts in routing order): K^2 doubles per layer
+// and input, what a full-size model can afford. The outer products run on the collector's
+// threads, each matrix row summed in row order (the same bits for any thread count).
 #pragma once
 
+#include "core/thread_pool.h"
 #include "experts/expert_pool.h"
 #include "io/imatrix.h"
+#include "io/layer_moments.h"
 
 #include <cstdint>
 #include <map>
@@ -21,13 +27,15 @@ namespace moet {
 
 class ImatrixCollector final : public ExpertObserver {
  public:
-  explicit ImatrixCollector(const ModelConfig& config, bool second_moments = false);
+  explicit ImatrixCollector(const ModelConfig& config, bool second_moments = false, bool layer_moments = false);
   void observe(Backend& backend, int64_t layer, const Tensor& x, const Tensor& expert_ids,
                const ExpertSet& experts) override;
   // Means of what was observed; experts with fewer than min_tokens tokens take the layer's
   // average. `tokens` (the input tokens the caller ran) and the identity go to the metadata.
   // With second_moments the experts' gate_up_xx / down_xx are filled too (the same fallback).
   Imatrix result(int64_t min_tokens, int64_t tokens, const std::string& checkpoint_identity) const;
+  // The layer moments (needs layer_moments): each layer's sums over its (row, expert) pairs.
+  LayerMomentsData layer_moments(int64_t tokens, const std::string& checkpoint_identity) const;
 
  private:
   struct Sums {
@@ -35,10 +43,18 @@ class ImatrixCollector final : public ExpertObserver {
     int64_t tokens = 0;
     void add(const Sums& other);
   };
+  struct LayerSums {
+    std::vector<double> gate_up_xx, down_xx;  // lower triangles
+    int64_t pairs = 0;
+  };
   Sums zero_sums() const;
+  void add_layer_pairs(int64_t layer, const std::vector<float>& xs, const std::vector<int32_t>& ids, int64_t top_k,
+                       const std::vector<std::vector<int64_t>>& routed, const std::vector<std::vector<float>>& acts);
   int64_t hidden_, inner_, experts_;
-  bool second_moments_;
+  bool second_moments_, layer_moments_;
   std::map<int64_t, std::vector<Sums>> layers_;
+  std::map<int64_t, LayerSums> layer_sums_;
+  ThreadPool pool_;
 };
 
 }  // namespace moet

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "formats/minifloat.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -35,6 +36,16 @@ W2Quantizer w2_quantizer_parse(std::string_view name) {
 }
 
 const char* w2_quantizer_name(W2Quantizer quantizer) { return quantizer == W2Quantizer::opt ? "opt" : "reference"; }
+
+W2kQuantizer w2k_quantizer_parse(std::string_view name) {
+  if (name == "reference") return W2kQuantizer::reference;
+  if (name == "ldlq") return W2kQuantizer::ldlq;
+  fail("unknown W2K quantizer '{}' (expected reference|ldlq)", name);
+}
+
+const char* w2k_quantizer_name(W2kQuantizer quantizer) {
+  return quantizer == W2kQuantizer::ldlq ? "ldlq" : "reference";
+}
 
 uint64_t store_codes_bytes(StoreFormat format, int64_t rows, int64_t cols) {
   return uint64_t(rows) * uint64_t(cols) * uint64_t(store_format_bits(format)) / 8;
@@ -69,29 +80,50 @@ ZeroMode zero_mode_resolve(ZeroMode mode, const ZeroCounts& zeros) {
   return (total > 0 && minority * 20 < total) ? ZeroMode::alt : ZeroMode::sign;
 }
 
-void source_for_each_row(const SourceView& source, ThreadPool& pool,
-                         const std::function<void(const double*, const int*, int64_t)>& row_fn) {
+namespace {
+
+// Rows per call of W2K's LDLQ quantizer: they share its passes over the decomposition.
+constexpr int64_t kLdlqTileRows = 16;
+
+// Calls tile_fn(values, exponents, first, n) for consecutive tiles of up to `tile` rows, decoded
+// exactly to float64 ([n, cols]); exponents [n, cols / 32] are the verbatim block exponents of an
+// MXFP4 source, else nullptr. Tiles run in parallel; throws naming the tensor when the source
+// holds NaN (no tile is handed out once one was seen).
+void source_for_each_tile(const SourceView& source, ThreadPool& pool, int64_t tile,
+                          const std::function<void(const double*, const int*, int64_t, int64_t)>& tile_fn) {
   source_validate(source);
   MOET_CHECK(source.cols % kMxBlock == 0, "tensor {}: K = {} is not a multiple of {}", source.name,
              source.cols, kMxBlock);
-  const int64_t K = source.cols;
+  const int64_t K = source.cols, tiles = (source.rows + tile - 1) / tile;
   std::atomic<int64_t> nan_row{-1};
-  pool.parallel_for(size_t(source.rows), [&](size_t begin, size_t end) {
-    std::vector<double> values(static_cast<size_t>(K));
-    std::vector<int> exponents(static_cast<size_t>(K / kMxBlock));
-    for (size_t r = begin; r < end; ++r) {
-      source_row_f64(source, int64_t(r), values.data());
-      for (double v : values) {
-        if (std::isnan(v)) nan_row = int64_t(r);
+  pool.parallel_for(size_t(tiles), [&](size_t begin, size_t end) {
+    std::vector<double> values(static_cast<size_t>(tile * K));
+    std::vector<int> exponents(static_cast<size_t>(tile * K / kMxBlock));
+    for (size_t t = begin; t < end; ++t) {
+      const int64_t first = int64_t(t) * tile, n = std::min(tile, source.rows - first);
+      bool mx = false;
+      for (int64_t i = 0; i < n; ++i) {
+        double* row = values.data() + i * K;
+        source_row_f64(source, first + i, row);
+        for (int64_t k = 0; k < K; ++k) {
+          if (std::isnan(row[k])) nan_row = first + i;
+        }
+        const uint8_t* scales = source_row_mx_scales(source, first + i);
+        mx = scales != nullptr;
+        for (int64_t b = 0; mx && b < K / kMxBlock; ++b) exponents[size_t(i * K / kMxBlock + b)] = ue8m0_exponent(scales[b]);
       }
-      const uint8_t* mx = source_row_mx_scales(source, int64_t(r));
-      if (mx) {
-        for (int64_t b = 0; b < K / kMxBlock; ++b) exponents[size_t(b)] = ue8m0_exponent(mx[b]);
-      }
-      if (nan_row.load() < 0) row_fn(values.data(), mx ? exponents.data() : nullptr, int64_t(r));
+      if (nan_row.load() < 0) tile_fn(values.data(), mx ? exponents.data() : nullptr, first, n);
     }
-  }, 4);
+  }, size_t(std::max<int64_t>(1, 4 / tile)));
   MOET_CHECK(nan_row.load() < 0, "tensor {}: NaN in source row {}", source.name, nan_row.load());
+}
+
+}  // namespace
+
+void source_for_each_row(const SourceView& source, ThreadPool& pool,
+                         const std::function<void(const double*, const int*, int64_t)>& row_fn) {
+  source_for_each_tile(source, pool, 1,
+                       [&](const double* v, const int* exponents, int64_t r, int64_t) { row_fn(v, exponents, r); });
 }
 
 void quantize_w2_into(const SourceView& source, ZeroMode mode, ThreadPool& pool, uint8_t* codes,
@@ -103,6 +135,13 @@ void quantize_into(StoreFormat format, const SourceView& source, const QuantizeO
                    uint8_t* codes, uint8_t* scales) {
   const int64_t K = source.cols;
   if (format == StoreFormat::fp4) return quantize_fp4_into(source, pool, codes, scales);
+  if (format == StoreFormat::w2k && options.ldlq != nullptr) {
+    MOET_CHECK(options.ldlq->K == K, "tensor {}: {} input columns, its second moments are {} x {}", source.name, K,
+               options.ldlq->K, options.ldlq->K);
+    return source_for_each_tile(source, pool, kLdlqTileRows, [&](const double* v, const int*, int64_t first, int64_t n) {
+      w2k_ldlq_quantize_rows(v, n, *options.ldlq, codes + first * (K / 4), scales + first * (K / kMxBlock));
+    });
+  }
   if (format == StoreFormat::w2k) {
     return source_for_each_row(source, pool, [&](const double* v, const int*, int64_t r) {
       w2k_quantize_row(v, options.importance, K, codes + r * (K / 4), scales + r * (K / kMxBlock));

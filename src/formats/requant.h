@@ -1,7 +1,8 @@
 // Requantization of a source expert matrix to the formats moet stores: W2 (the 2-bit base), W2K
 // (the stronger 2-bit format, formats/w2k.h) and MXFP4 (the FP4 tier). Rows are decoded exactly
-// to float64 (source.h) and quantized by the reference block functions (mx_block.h, w2k.h), so
-// the bytes are identical for any thread count and equal to the float64 reference pipeline.
+// to float64 (source.h) and quantized by the reference block functions (mx_block.h, w2k.h) or
+// W2K's LDLQ (w2k_ldlq.h), so the bytes are identical for any thread count and equal to the
+// float64 reference pipeline.
 // MXFP4 sources keep their block scales verbatim in W2 and MXFP4 (W2K chooses its own scales).
 // NaN anywhere in the source is an error naming the tensor. This is the API the engine calls
 // when it loads a quantized checkpoint (`--experts w2|w2k|fp4`) and the pack builder calls per
@@ -12,6 +13,7 @@
 #include "formats/mx_block.h"
 #include "formats/source.h"
 #include "formats/w2k.h"
+#include "formats/w2k_ldlq.h"
 
 #include <cstdint>
 #include <functional>
@@ -58,13 +60,22 @@ enum class W2Quantizer { reference, opt };
 W2Quantizer w2_quantizer_parse(std::string_view name);  // "reference" | "opt"
 const char* w2_quantizer_name(W2Quantizer quantizer);
 
+// How W2K picks its bytes: each block's nearest codewords (the reference, weighted by an
+// importance matrix when given) or, in the same format, BlockLDLQ against the input's second
+// moments (w2k_ldlq.h; `--w2k-quantizer ldlq`).
+enum class W2kQuantizer { reference, ldlq };
+W2kQuantizer w2k_quantizer_parse(std::string_view name);  // "reference" | "ldlq"
+const char* w2k_quantizer_name(W2kQuantizer quantizer);
+
 // What a quantizer takes besides the source: W2's zero mode and quantizer; importance [cols]
 // (an imatrix vector, io/imatrix.h) weighing each column's squared error in W2-opt and W2K (null:
-// uniform; the reference W2 and MXFP4 ignore it).
+// uniform; the reference W2 and MXFP4 ignore it); ldlq: W2K rounds by BlockLDLQ with this
+// decomposition of its input's second moments (null: the reference W2K quantizer).
 struct QuantizeOptions {
   ZeroMode zero_mode = ZeroMode::automatic;
   W2Quantizer w2_quantizer = W2Quantizer::reference;
   const float* importance = nullptr;
+  const W2kLdlqFactor* ldlq = nullptr;
 };
 
 // Any stored format into caller memory (codes: store_codes_bytes, scales: store_scales_bytes).

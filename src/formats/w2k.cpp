@@ -13,7 +13,6 @@ namespace moet {
 namespace {
 
 constexpr int kCandidates = 11;  // scale factors f = 0.75 + 0.1 i
-constexpr double kTopMagnitude = 2.75;  // the largest |coordinate| of a codeword
 
 // A grid pattern of norm^2 12 (indices 227..255): its coordinate with h = 2 and the two with
 // h = 1, or two = -1 for the one with five h = 1.
@@ -275,21 +274,15 @@ Choice nearest(const double* y, const double* w) {
 }
 
 void quantize_block(const double* v, const double* w, uint8_t* codes, uint8_t* scale) {
-  double amax = finite_amax(v, kMxBlock);
-  bool infinite = false;
-  for (int j = 0; j < kMxBlock; ++j) infinite |= std::isinf(v[j]);
-  if (amax == 0 && infinite) amax = kTopMagnitude * double(w2k_scale_value(255));
   double values[kMxBlock], best = 0;  // scale 0 (every weight zero) stands unless beaten
-  for (int j = 0; j < kMxBlock; ++j) {
-    values[j] = std::isinf(v[j]) ? std::copysign(amax, v[j]) : v[j];
-    best += w[j] * values[j] * values[j];
-  }
+  const double amax = w2k_saturate_block(v, values);
+  for (int j = 0; j < kMxBlock; ++j) best += w[j] * values[j] * values[j];
   *scale = 0;
   std::fill(codes, codes + 8, uint8_t(0));
   if (amax == 0) return;
   uint8_t previous = 0;
   for (int i = 0; i < kCandidates; ++i) {
-    uint8_t byte = w2k_scale_floor(amax / kTopMagnitude * (0.75 + 0.1 * i));
+    uint8_t byte = w2k_scale_floor(amax / kW2kTopMagnitude * (0.75 + 0.1 * i));
     if (byte == 0) byte = 1;
     if (byte == previous) continue;
     previous = byte;
@@ -311,6 +304,15 @@ void quantize_block(const double* v, const double* w, uint8_t* codes, uint8_t* s
 }
 
 }  // namespace
+
+double w2k_saturate_block(const double* v, double* out) {
+  double amax = finite_amax(v, kMxBlock);
+  bool infinite = false;
+  for (int j = 0; j < kMxBlock; ++j) infinite |= std::isinf(v[j]);
+  if (amax == 0 && infinite) amax = kW2kTopMagnitude * double(w2k_scale_value(255));
+  for (int j = 0; j < kMxBlock; ++j) out[j] = std::isinf(v[j]) ? std::copysign(amax, v[j]) : v[j];
+  return amax;
+}
 
 float w2k_scale_value(uint8_t byte) {
   const int e = byte >> 3, m = byte & 7;

@@ -37,11 +37,18 @@ namespace moet {
 inline constexpr uint16_t kW2kGrid[256] = {
 #include "formats/w2k_grid.inc"
 };
+// The largest |coordinate| of a codeword (5/2 + 1/4): the quantizers' scale candidates start
+// from a block's amax / kW2kTopMagnitude.
+inline constexpr double kW2kTopMagnitude = 2.75;
 
 // The UE5M3 scale byte's value (exact in float32).
 float w2k_scale_value(uint8_t byte);
 // The largest UE5M3 byte whose value is <= target (0 when none; 255 above 240).
 uint8_t w2k_scale_floor(double target);
+
+// A block of 32 values with +-Inf saturated to the block's largest finite magnitude (2.75 x 240,
+// the largest codeword at the largest scale, when it has none); returns that magnitude.
+double w2k_saturate_block(const double* v, double* out);
 
 // The codeword nearest to y (eight coordinates in units of the scale) under sum_j w_j (y_j - c_j)^2,
 // exactly (the quantizer's search; *cost receives that sum).

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <memory>
 
 namespace moet {
 namespace {
@@ -31,15 +31,6 @@ TensorToWrite vector_tensor(std::string name, DType dtype, const std::vector<T>&
   return t;
 }
 
-std::string file_hash(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MOET_CHECK(in.good(), "imatrix {}: cannot open", path.string());
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  const std::string text = bytes.str();
-  return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
-}
-
 // "layers.<L>.experts.<e>.<what>" or "layers.<L>.expert_tokens" -> its parts; false otherwise.
 bool parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::string* what) {
   char tail[32] = {};
@@ -56,6 +47,19 @@ bool parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::st
 }
 
 }  // namespace
+
+std::string file_xxh64(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MOET_CHECK(in.good(), "{}: cannot open", path.string());
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);
+  XXH64_reset(state.get(), 0);
+  std::vector<char> chunk(size_t(1) << 20);
+  while (in) {
+    in.read(chunk.data(), std::streamsize(chunk.size()));
+    XXH64_update(state.get(), chunk.data(), size_t(in.gcount()));
+  }
+  return fmt::format("{:016x}", XXH64_digest(state.get()));
+}
 
 const float* Imatrix::input(int64_t layer, int64_t expert, bool down) const {
   const auto it = layers.find(layer);
@@ -92,7 +96,7 @@ std::string write_file(const std::filesystem::path& path, const Imatrix& imatrix
                      {"checkpoint_identity", imatrix.checkpoint_identity},
                      {"tokens", std::to_string(imatrix.tokens)},
                      {"min_tokens", std::to_string(imatrix.min_tokens)}});
-  return file_hash(path);
+  return file_xxh64(path);
 }
 
 }  // namespace
@@ -140,7 +144,7 @@ Imatrix imatrix_read(const std::filesystem::path& path) {
     v.resize(size_t(t.shape[0]));
     std::memcpy(v.data(), t.data, t.bytes);
   }
-  m.hash = file_hash(path);
+  m.hash = file_xxh64(path);
   m.path = file;
   return m;
 }

@@ -13,7 +13,8 @@
 //   __metadata__ {"format": "moet-imatrix-v1", "checkpoint_identity", "tokens", "min_tokens"}
 // `moet imatrix --second-moments F` also writes the full second moments E[x x^T] (and E[a a^T]) of
 // each expert's inputs to F: the same names with shapes [hidden, hidden] and [inner, inner], format
-// "moet-imatrix-second-moments-v1" (a study aid for rounding that sees the inputs' correlations).
+// "moet-imatrix-second-moments-v1" (a study aid for rounding that sees the inputs' correlations;
+// what the quantizer reads is one matrix per layer: io/layer_moments.h).
 // A file belongs to a model when its tensors are exactly these names for the model's MoE layers
 // and experts, with these shapes (imatrix_check). Its identity is the xxh64 of the file's bytes;
 // packs quantized with an imatrix record it, so a changed imatrix makes them stale.
@@ -54,6 +55,9 @@ struct Imatrix {
   const float* input(int64_t layer, int64_t expert, bool down) const;
 };
 
+// The xxh64 of a file's bytes as 16 hex digits (the identity packs record of the files their
+// quantizer read).
+std::string file_xxh64(const std::filesystem::path& path);
 // Writes `imatrix` to `path` and returns the file's hash.
 std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix);
 // Writes the second moments of `imatrix` (every expert must have them) to `path`; returns the hash.

@@ -8,9 +8,10 @@
 // the slot size rounded up to 4 KiB (the tail is zero). Rank r of w holds the contiguous expert
 // range [r*E/w, (r+1)*E/w). A pack is usable only when every sidecar field equals what the
 // caller expects (PackSpec) and the file has exactly the size the sidecar implies; anything
-// else is stale. A pack quantized with an importance matrix records its hash, and W2-opt its
-// quantizer, so a changed imatrix or quantizer makes the pack stale (the fields are written only
-// when set: packs of the reference quantizers keep their sidecars). The sidecar carries an xxh64
+// else is stale. A pack quantized with an importance matrix records its hash, W2-opt and W2K's
+// LDLQ their quantizer, and LDLQ the hash of its layer-moments file, so a changed imatrix, file
+// or quantizer makes the pack stale (the fields are written only when set: packs of the
+// reference quantizers keep their sidecars). The sidecar carries an xxh64
 // checksum of its own canonical body.
 #pragma once
 
@@ -47,6 +48,8 @@ struct PackSpec {
   ZeroMode zero_mode = ZeroMode::automatic;
   W2Quantizer w2_quantizer = W2Quantizer::reference;  // sidecar "w2_quantizer" when not reference
   std::string imatrix;        // hash of the imatrix the quantizer weighed by (sidecar "imatrix"); "": none
+  W2kQuantizer w2k_quantizer = W2kQuantizer::reference;  // sidecar "w2k_quantizer" when not reference
+  std::string layer_moments;  // hash of the layer moments LDLQ rounded against (sidecar "layer_moments"); "": none
   std::string identity;       // checkpoint identity (hash of index + headers + config)
   int64_t n_layers = 0;
   int64_t n_experts = 0;      // E of the model

@@ -97,7 +97,8 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
 
 bool pack_uses_imatrix(StoreFormat format, const PackQuantizer& quantizer) {
   return quantizer.imatrix != nullptr &&
-         (format == StoreFormat::w2k || (format == StoreFormat::w2 && quantizer.w2 == W2Quantizer::opt));
+         ((format == StoreFormat::w2k && quantizer.w2k == W2kQuantizer::reference) ||
+          (format == StoreFormat::w2 && quantizer.w2 == W2Quantizer::opt));
 }
 
 PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
@@ -110,6 +111,12 @@ PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreF
   if (pack_uses_imatrix(format, quantizer)) {
     imatrix_check(*quantizer.imatrix, config, quantizer.imatrix->path);
     spec.imatrix = quantizer.imatrix->hash;
+  }
+  if (format == StoreFormat::w2k && quantizer.w2k == W2kQuantizer::ldlq) {
+    MOET_CHECK(quantizer.layer_moments != nullptr, "the w2k LDLQ quantizer needs layer moments (--layer-moments)");
+    quantizer.layer_moments->check(config);
+    spec.w2k_quantizer = W2kQuantizer::ldlq;
+    spec.layer_moments = quantizer.layer_moments->hash();
   }
   spec.identity = ckpt.identity();
   spec.n_layers = config.num_hidden_layers;
@@ -124,14 +131,19 @@ PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreF
   return spec;
 }
 
-ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config, const Imatrix* imatrix) {
-  return [&ckpt, &config, imatrix](int64_t layer, int64_t expert) {
+ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config, const Imatrix* imatrix,
+                                         LdlqFactors* ldlq) {
+  return [&ckpt, &config, imatrix, ldlq](int64_t layer, int64_t expert) {
     const auto names = config.expert_tensor_names(layer, expert);
     ExpertSources sources{checkpoint_source_view(ckpt, names.gate), checkpoint_source_view(ckpt, names.up),
                           checkpoint_source_view(ckpt, names.down)};
     if (imatrix != nullptr) {
       sources.gate_up_importance = imatrix->input(layer, expert, false);
       sources.down_importance = imatrix->input(layer, expert, true);
+    }
+    if (ldlq != nullptr) {
+      sources.gate_up_ldlq = ldlq->get(layer, false);
+      sources.down_ldlq = ldlq->get(layer, true);
     }
     return sources;
   };

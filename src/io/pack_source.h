@@ -14,6 +14,7 @@
 #include "formats/source.h"
 #include "io/checkpoint.h"
 #include "io/imatrix.h"
+#include "io/layer_moments.h"
 #include "io/model_config.h"
 #include "io/pack_writer.h"
 
@@ -23,22 +24,27 @@ namespace moet {
 
 SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& name, int64_t expert = -1);
 
-// How a pack's experts are quantized beyond format and zero mode: W2's quantizer and the
-// importance matrix (null: none) that W2-opt and W2K weigh their error by.
+// How a pack's experts are quantized beyond format and zero mode: W2's and W2K's quantizers, the
+// importance matrix (null: none) that W2-opt and the reference W2K weigh their error by, and the
+// layer moments (null: none) that W2K's LDLQ rounds against.
 struct PackQuantizer {
   W2Quantizer w2 = W2Quantizer::reference;
   const Imatrix* imatrix = nullptr;
+  W2kQuantizer w2k = W2kQuantizer::reference;
+  const LayerMoments* layer_moments = nullptr;
 };
-// Whether `format` with `quantizer` reads an importance matrix (W2K; W2 with the opt quantizer).
+// Whether `format` with `quantizer` reads an importance matrix (the reference W2K; W2 with the
+// opt quantizer).
 bool pack_uses_imatrix(StoreFormat format, const PackQuantizer& quantizer);
 
-// The pack expected for this checkpoint, format, zero mode and rank. An imatrix the quantizer
-// reads must belong to the model (imatrix_check: else a one-line error naming its file); its
-// hash becomes part of the pack's identity.
+// The pack expected for this checkpoint, format, zero mode and rank. An imatrix or layer-moments
+// file the quantizer reads must belong to the model (else a one-line error naming the file); its
+// hash becomes part of the pack's identity. W2K's LDLQ without layer moments is an error.
 PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
                        ZeroMode zero_mode, int rank = 0, int world = 1, const PackQuantizer& quantizer = {});
-// Each expert's source views, with the imatrix's column importance when given.
+// Each expert's source views, with the imatrix's column importance and the LDLQ decompositions
+// of its layer's second moments when given.
 ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config,
-                                         const Imatrix* imatrix = nullptr);
+                                         const Imatrix* imatrix = nullptr, LdlqFactors* ldlq = nullptr);
 
 }  // namespace moet

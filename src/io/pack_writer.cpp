@@ -135,12 +135,14 @@ void pack_quantize_slot(const PackSpec& spec, const ExpertSources& src, ThreadPo
   check(src.up, I, H);
   check(src.down, H, I);
   const uint64_t half_codes = store_codes_bytes(spec.format, I, H), half_scales = store_scales_bytes(I, H);
-  const auto quantize = [&](const SourceView& v, const float* importance, uint8_t* codes, uint8_t* scales) {
-    quantize_into(spec.format, v, {spec.zero_mode, spec.w2_quantizer, importance}, pool, codes, scales);
+  const auto quantize = [&](const SourceView& v, const float* importance, const W2kLdlqFactor* ldlq, uint8_t* codes,
+                            uint8_t* scales) {
+    quantize_into(spec.format, v, {spec.zero_mode, spec.w2_quantizer, importance, ldlq}, pool, codes, scales);
   };
-  quantize(src.gate, src.gate_up_importance, slot + s.codes13, slot + s.scales13);
-  quantize(src.up, src.gate_up_importance, slot + s.codes13 + half_codes, slot + s.scales13 + half_scales);
-  quantize(src.down, src.down_importance, slot + s.codes2, slot + s.scales2);
+  const W2kLdlqFactor* gate_up = src.gate_up_ldlq.get();
+  quantize(src.gate, src.gate_up_importance, gate_up, slot + s.codes13, slot + s.scales13);
+  quantize(src.up, src.gate_up_importance, gate_up, slot + s.codes13 + half_codes, slot + s.scales13 + half_scales);
+  quantize(src.down, src.down_importance, src.down_ldlq.get(), slot + s.codes2, slot + s.scales2);
 }
 
 void pack_build(const PackPaths& paths, const PackSpec& spec, const ExpertSourceFn& sources,

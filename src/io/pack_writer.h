@@ -12,15 +12,18 @@
 #include "io/pack_format.h"
 
 #include <functional>
+#include <memory>
 
 namespace moet {
 
-// The source matrices of one routed expert: gate [I, H], up [I, H], down [H, I], and the column
-// importance of their inputs (an imatrix's gate_up_in [H] and down_in [I]; null: none).
+// The source matrices of one routed expert: gate [I, H], up [I, H], down [H, I], the column
+// importance of their inputs (an imatrix's gate_up_in [H] and down_in [I]; null: none) and the
+// LDLQ decompositions of their inputs' second moments (W2K's LDLQ quantizer; null: none).
 struct ExpertSources {
   SourceView gate, up, down;
   const float* gate_up_importance = nullptr;
   const float* down_importance = nullptr;
+  std::shared_ptr<const W2kLdlqFactor> gate_up_ldlq, down_ldlq;
 };
 // Called for each (layer, global expert index) to be packed; may be called from one thread only.
 using ExpertSourceFn = std::function<ExpertSources(int64_t layer, int64_t expert)>;

@@ -9,7 +9,9 @@ unquantized model: KL mean / p99, top-1 agreement, perplexity. With --second-mom
 `moet imatrix --second-moments`: each expert's input H = E[x x^T]), the candidates that round by
 LDLQ (tools/quality/ldlq.py) run, and every format's proxy error tr((W-Q) H (W-Q)^T) / tr(W H W^T)
 (the relative mean square of the expert's output error on those inputs) is measured too.
---shared-moments quantizes with each layer's mean H instead (what a full-size model could collect).
+--shared-moments quantizes with each layer's mean H instead (what a full-size model could collect);
+--expert-diagonal then gives it each expert's own diagonal (from --imatrix): H_e = D_e^1/2 C D_e^1/2,
+C the layer's correlation matrix.
 
 Candidates (bits per weight exact for any K multiple of 32 unless a row factor is named):
   w2            moet's W2: {+-1, +-4} x 2^e per 32, e = round(log2(amax / 6))            2.25
@@ -34,7 +36,7 @@ Candidates (bits per weight exact for any K multiple of 32 unless a row factor i
                 activations would be rotated alike at run time)
 
 Usage: python3 tools/quality/format_study.py --model models/tiny --imatrix F [--formats a,b,..]
-         [--second-moments F [--shared-moments]] [--kld --text FILE --moet build/moet] --out DIR
+         [--second-moments F [--shared-moments [--expert-diagonal]]] [--kld --text FILE --moet build/moet] --out DIR
 """
 import argparse
 import json
@@ -81,9 +83,11 @@ def load_imatrix(path):
             for name, info in st.header.items() if info["dtype"] == "F32"}
 
 
-def layer_shared(moments, path):
+def layer_shared(moments, path, imatrix=None):
     """Every expert's H replaced by its layer's mean over the routed tokens (sum_e n_e H_e / sum_e n_e,
-    n_e from the file's expert_tokens): the one matrix per layer a full-size model could afford."""
+    n_e from the file's expert_tokens): the one matrix per layer a full-size model could afford. With
+    an imatrix, each expert's diagonal D_e from it around the layer's correlations C:
+    H_e = D_e^1/2 C D_e^1/2."""
     st = eval_quality.Safetensors(path)
     out = {}
     for name, info in st.header.items():
@@ -95,6 +99,10 @@ def layer_shared(moments, path):
             keys = [f"layers.{layer}.experts.{e}.{what}" for e in range(len(n))]
             mean = sum(w * moments[k] for w, k in zip(n, keys)) / n.sum()
             out.update({k: mean for k in keys})
+            if imatrix is not None:
+                root = np.sqrt(np.diag(mean))
+                C = mean / np.outer(root, root)
+                out.update({k: C * np.outer(np.sqrt(imatrix[k]), np.sqrt(imatrix[k])) for k in keys})
     return out
 
 
@@ -475,6 +483,8 @@ def main():
     p.add_argument("--shared-moments", action="store_true",
                    help="quantize with each layer's mean second moments (over the routed tokens; errors use the "
                         "expert's own)")
+    p.add_argument("--expert-diagonal", action="store_true",
+                   help="with --shared-moments: each expert's diagonal (--imatrix) around the layer's correlations")
     p.add_argument("--no-weights", action="store_true", help="quantize unweighted (the imatrix only measures)")
     p.add_argument("--max-tensors", type=int, default=0, help="RMSE on the first N tensors only (0 = all)")
     p.add_argument("--kld", action="store_true", help="score the formats' model copies with moet score")
@@ -488,12 +498,14 @@ def main():
         experts = experts[:args.max_tensors]
     imatrix = load_imatrix(args.imatrix) if args.imatrix else None
     moments = load_imatrix(args.second_moments) if args.second_moments else None
-    quantize_moments = layer_shared(moments, args.second_moments) if args.shared_moments else moments
+    quantize_moments = moments
+    if args.shared_moments:
+        quantize_moments = layer_shared(moments, args.second_moments, imatrix if args.expert_diagonal else None)
     R = rht_matrix()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": args.model, "imatrix": args.imatrix, "second_moments": args.second_moments,
-              "shared_moments": args.shared_moments,
+              "shared_moments": args.shared_moments, "expert_diagonal": args.expert_diagonal,
               "weighted": not args.no_weights, "formats": {}}
     dequantized = {}
     for fmt in args.formats.split(","):

@@ -4,7 +4,8 @@
 // the routings, experts below min_tokens take the layer average, cutting the text into other
 // steps gives the same file, and a forward without the observer runs as before. With second
 // moments, the matrices' diagonals are the imatrix's vectors, gate_up's matrix is the mean of the
-// routed rows' x x^T, and the file holds them as [K, K].
+// routed rows' x x^T, and the file holds them as [K, K]. Layer moments are the per-expert second
+// moments' mean weighted by the experts' tokens, the same for any cut into steps.
 #include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
@@ -142,13 +143,19 @@ TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
   Loaded run = load(checkpoint);
   const std::vector<int32_t> text = tokens(*run.model, 30);
-  ImatrixCollector one_step(run.model->config()), small_steps(run.model->config());
+  ImatrixCollector one_step(run.model->config(), false, true), small_steps(run.model->config(), false, true);
   run.model->experts().set_observer(&one_step);
   score(*run.model, text, false, 512);
   run.model->experts().set_observer(&small_steps);
   score(*run.model, text, false, 4);
   run.model->experts().set_observer(nullptr);
   const Imatrix a = one_step.result(1, 30, ""), b = small_steps.result(1, 30, "");
+  const LayerMomentsData la = one_step.layer_moments(30, ""), lb = small_steps.layer_moments(30, "");
+  EXPECT_EQ(la.pairs, lb.pairs);
+  for (const auto& [layer, matrices] : la.layers) {
+    EXPECT_EQ(matrices.gate_up_in, lb.layers.at(layer).gate_up_in);
+    EXPECT_EQ(matrices.down_in, lb.layers.at(layer).down_in);
+  }
   EXPECT_TRUE(a.layers.begin()->second[0].gate_up_xx.empty()) << "no second moments unless asked";
   for (const auto& [layer, experts] : a.layers)
     for (size_t e = 0; e < experts.size(); ++e) {
@@ -219,6 +226,41 @@ TEST(ImatrixCollector, SecondMomentsExtendTheImatrix) {
     const int64_t k = t.name.ends_with("down_in") ? I : H;
     EXPECT_EQ(t.shape, (std::vector<int64_t>{k, k})) << t.name;
   }
+}
+
+TEST(ImatrixCollector, LayerMomentsAreTheRoutedPairsMean) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  Loaded run = load(checkpoint);
+  const ModelConfig& c = run.model->config();
+  ImatrixCollector collector(c, true, true);
+  record(*run.model, collector);
+  const Imatrix m = collector.result(1, 40, checkpoint.identity());
+  const LayerMomentsData layers = collector.layer_moments(40, checkpoint.identity());
+  EXPECT_EQ(layers.hidden, c.hidden_size);
+  EXPECT_EQ(layers.inner, c.moe_intermediate_size);
+  ASSERT_EQ(layers.layers.size(), m.layers.size());
+  int64_t pairs = 0;
+  for (const auto& [layer, experts] : m.layers) {
+    for (const bool down : {false, true}) {
+      const int64_t k = down ? c.moe_intermediate_size : c.hidden_size;
+      std::vector<double> sum(size_t(k * k));
+      int64_t count = 0;
+      for (size_t e = 0; e < experts.size(); ++e) {
+        const int32_t n = m.expert_tokens.at(layer)[e];
+        const std::vector<float>& xx = down ? experts[e].down_xx : experts[e].gate_up_xx;
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += double(n) * xx[i];
+        count += n;
+      }
+      if (!down) pairs += count;
+      const std::vector<float>& got = down ? layers.layers.at(layer).down_in : layers.layers.at(layer).gate_up_in;
+      ASSERT_EQ(got.size(), sum.size());
+      for (size_t i = 0; i < sum.size(); ++i) {
+        const double want = sum[i] / double(count);
+        EXPECT_NEAR(got[i], want, 1e-5 * std::abs(want) + 1e-9) << layer << "/" << down << "/" << i;
+      }
+    }
+  }
+  EXPECT_EQ(layers.pairs, pairs) << "each (row, expert) routing counted once";
 }
 
 TEST(ImatrixCollector, RefusesQuantizedExperts) {

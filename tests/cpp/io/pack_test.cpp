@@ -199,6 +199,29 @@ TEST_F(PackTest, ImatrixAndQuantizerAreIdentity) {
   EXPECT_NE(pack_check(paths_, spec_).find("w2_quantizer"), std::string::npos);
 }
 
+// W2K's LDLQ quantizer and its layer-moments file are part of the identity alike.
+TEST_F(PackTest, LayerMomentsAndW2kQuantizerAreIdentity) {
+  spec_.format = StoreFormat::w2k;
+  paths_ = pack_paths(dir_, spec_.format, 0, 1);
+  build();
+  const nlohmann::json plain = nlohmann::json::parse(std::ifstream(paths_.sidecar));
+  EXPECT_FALSE(plain.contains("w2k_quantizer"));
+  EXPECT_FALSE(plain.contains("layer_moments"));
+  PackSpec ldlq = spec_;
+  ldlq.w2k_quantizer = W2kQuantizer::ldlq;
+  ldlq.layer_moments = "0123456789abcdef";
+  EXPECT_NE(pack_check(paths_, ldlq).find("'w2k_quantizer'"), std::string::npos) << pack_check(paths_, ldlq);
+  EXPECT_TRUE(pack_ensure(paths_, ldlq, experts_.fn(), pool_, false));
+  EXPECT_EQ(pack_check(paths_, ldlq), "");
+  const PackSpec read = pack_sidecar_read(paths_.sidecar);
+  EXPECT_EQ(read.w2k_quantizer, W2kQuantizer::ldlq);
+  EXPECT_EQ(read.layer_moments, ldlq.layer_moments);
+  PackSpec other = ldlq;
+  other.layer_moments = "fedcba9876543210";
+  EXPECT_NE(pack_check(paths_, other).find("'layer_moments'"), std::string::npos) << pack_check(paths_, other);
+  EXPECT_NE(pack_check(paths_, spec_).find("w2k_quantizer"), std::string::npos);
+}
+
 TEST_F(PackTest, TruncatedPackGivesClearError) {
   build();
   std::filesystem::resize_file(paths_.pack, spec_.file_bytes() - 4096);
