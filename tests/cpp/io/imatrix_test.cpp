@@ -1,6 +1,8 @@
 // Importance matrix files (io/imatrix.h): write -> read gives the same vectors, counts and
 // metadata; the hash follows the bytes; a file of another model (layers, experts, columns) and
 // a file that is not an imatrix are refused with errors naming the file.
+#include "../error_of.h"
+#include "small_moe_config.h"
 #include "core/error.h"
 #include "io/imatrix.h"
 #include "io/safetensors.h"
@@ -12,16 +14,6 @@
 
 namespace moet {
 namespace {
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.num_hidden_layers = 3;
-  c.layer_is_moe = {false, true, true};
-  c.n_routed_experts = 2;
-  c.hidden_size = 64;
-  c.moe_intermediate_size = 32;
-  return c;
-}
 
 Imatrix small_imatrix(float bias) {
   Imatrix m;
@@ -38,15 +30,6 @@ Imatrix small_imatrix(float bias) {
     m.expert_tokens[layer] = {7, 40};
   }
   return m;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -68,7 +51,7 @@ TEST(Imatrix, WriteReadRoundTripAndHash) {
     }
   EXPECT_EQ(r.input(2, 1, false)[3], 2 * 100 + 10 + 3 + 1);
   EXPECT_EQ(r.input(0, 0, false), nullptr);
-  EXPECT_NO_THROW(imatrix_check(r, small_config(), "a.imatrix"));
+  EXPECT_NO_THROW(imatrix_check(r, test::small_moe_config(), "a.imatrix"));
   EXPECT_EQ(imatrix_write(dir / "b.imatrix", m), hash);                // same content, same hash
   EXPECT_NE(imatrix_write(dir / "c.imatrix", small_imatrix(2)), hash);  // changed values, changed hash
   std::filesystem::remove_all(dir);
@@ -76,14 +59,14 @@ TEST(Imatrix, WriteReadRoundTripAndHash) {
 
 TEST(Imatrix, AnotherModelIsRefused) {
   const Imatrix m = small_imatrix(1);
-  ModelConfig c = small_config();
+  ModelConfig c = test::small_moe_config();
   c.hidden_size = 128;
   EXPECT_NE(error_of([&] { imatrix_check(m, c, "x.imatrix"); }).find("x.imatrix was made for another model"),
             std::string::npos);
-  c = small_config();
+  c = test::small_moe_config();
   c.n_routed_experts = 4;
   EXPECT_NE(error_of([&] { imatrix_check(m, c, "x.imatrix"); }).find("experts"), std::string::npos);
-  c = small_config();
+  c = test::small_moe_config();
   c.layer_is_moe = {true, true, true};
   EXPECT_NE(error_of([&] { imatrix_check(m, c, "x.imatrix"); }).find("MoE layers"), std::string::npos);
 }

@@ -2,6 +2,8 @@
 // the hash follows the bytes, a file of another model (shapes, layers) or not a layer-moments
 // file is refused naming it, and LdlqFactors makes each layer's decompositions once, keeps only
 // the layer asked last and has none for a layer the file lacks.
+#include "../error_of.h"
+#include "small_moe_config.h"
 #include "../temp_dir.h"
 #include "core/error.h"
 #include "io/layer_moments.h"
@@ -13,16 +15,6 @@
 
 namespace moet {
 namespace {
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.num_hidden_layers = 3;
-  c.layer_is_moe = {false, true, true};
-  c.n_routed_experts = 2;
-  c.hidden_size = 64;
-  c.moe_intermediate_size = 32;
-  return c;
-}
 
 // A symmetric positive definite matrix: diagonal 2 + bias, off-diagonals small.
 std::vector<float> spd(int64_t k, float bias) {
@@ -43,15 +35,6 @@ LayerMomentsData small_moments(float bias) {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(LayerMoments, WriteReadRoundTripAndHash) {
@@ -70,7 +53,7 @@ TEST(LayerMoments, WriteReadRoundTripAndHash) {
       EXPECT_EQ(0, std::memcmp(t->data, want.data(), t->bytes));
     }
   EXPECT_EQ(m->matrix(0, false), nullptr);
-  EXPECT_NO_THROW(m->check(small_config()));
+  EXPECT_NO_THROW(m->check(test::small_moe_config()));
   EXPECT_EQ(layer_moments_write(dir.path() / "b.moments", d), hash);                 // same content, same hash
   EXPECT_NE(layer_moments_write(dir.path() / "c.moments", small_moments(1)), hash);  // changed values
 }
@@ -80,18 +63,18 @@ TEST(LayerMoments, AnotherModelOrFileIsRefused) {
   layer_moments_write(dir.path() / "a.moments", small_moments(0));
   const auto m = LayerMoments::read(dir.path() / "a.moments");
   const std::string file = (dir.path() / "a.moments").string();
-  ModelConfig c = small_config();
+  ModelConfig c = test::small_moe_config();
   c.hidden_size = 128;
   EXPECT_NE(error_of([&] { m->check(c); }).find("layer moments " + file + " were made for another model"),
             std::string::npos);
-  c = small_config();
+  c = test::small_moe_config();
   c.moe_intermediate_size = 16;
   EXPECT_NE(error_of([&] { m->check(c); }).find("down"), std::string::npos);
-  c = small_config();
+  c = test::small_moe_config();
   c.num_hidden_layers = 4;
   c.layer_is_moe = {false, true, true, true};
   EXPECT_NE(error_of([&] { m->check(c); }).find("no layers.3.gate_up_in"), std::string::npos);
-  c = small_config();
+  c = test::small_moe_config();
   c.layer_is_moe = {false, false, true};
   EXPECT_NE(error_of([&] { m->check(c); }).find("1 MoE layers"), std::string::npos);
   safetensors_write(dir.path() / "w.safetensors", {{"w", DType::f32, {2}, std::vector<uint8_t>(8, 0)}});

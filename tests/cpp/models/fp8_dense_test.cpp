@@ -8,6 +8,7 @@
 // 4 n k - (n k + 4 * scales) per kept tensor. Missing or misshapen X.weight_scale_inv is refused
 // naming that tensor (kept and decoded paths alike). Random weights of a config with
 // quant_method fp8 are FP8 (fewer bytes than BF16) and run.
+#include "../error_of.h"
 #include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "../temp_dir.h"
@@ -115,15 +116,6 @@ TEST(Fp8Dense, MatmulWeightsStayFp8AndMatchTheDecode) {
   EXPECT_EQ(loader.matmul_stacked("s.weight", "t.weight", {96, 300}).dtype, DType::f32);
   EXPECT_EQ(loader.stats().bytes, (200u * 300 + 24) + 200 * 300 * 4 + (256 * 300 + 24) + 256 * 300 * 4 + 192 * 300 * 4);
   EXPECT_EQ(loader.report_unused(), 0u);  // the scales count as used
-}
-
-std::string error_of(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(Fp8Dense, MissingOrMisshapenScalesNameTheTensor) {
