@@ -135,20 +135,15 @@ StepOutput DecoderModel::forward(const ForwardBatch& batch, KvCache& cache) {
                        int64_t(batch.block_tables.size()), batch.block_tables.data(), cache.block_size, vocab,
                        batch.row_invariant});
   MOET_CHECK(!batch.mtp_hidden || mtp_, "forward: a draft step on a model loaded without its MTP layer");
-  Tensor packed;
+  // A draft step's hidden rows are staged outside the graph; where they sit is part of its key.
+  GraphKey key = batch.graph ? *batch.graph : GraphKey{};
+  Tensor hidden;
   if (batch.mtp_hidden) {
-    const Tensor hidden = stage_mtp_hidden(*batch.mtp_hidden);
-    const auto body = [&] { return mtp_body(batch, cache, hidden); };
-    GraphKey key;
-    if (batch.graph) {
-      key = *batch.graph;
-      key.values.push_back(int64_t(reinterpret_cast<intptr_t>(mtp_input_.data)));
-    }
-    packed = batch.graph ? backend_.run_graph(key, body) : body();
-  } else {
-    const auto body = [&] { return forward_body(batch, cache); };
-    packed = batch.graph ? backend_.run_graph(*batch.graph, body) : body();
+    hidden = stage_mtp_hidden(*batch.mtp_hidden);
+    key.values.push_back(int64_t(reinterpret_cast<intptr_t>(mtp_input_.data)));
   }
+  const auto body = [&] { return batch.mtp_hidden ? mtp_body(batch, cache, hidden) : forward_body(batch, cache); };
+  const Tensor packed = batch.graph ? backend_.run_graph(key, body) : body();
   const OutputLayout layout = output_layout(batch, vocab, config_.hidden_size);
   // One copy to the host, straight into the vector the logits are returned in (at a large
   // vocabulary and batch these are megabytes: no second pass over them).
