@@ -7,7 +7,7 @@
 // Formats: source (exact values), bf16, f16, fp8 (e4m3, 128x128 blocks), mxfp4, nvfp4, w2,
 // w2k, w2-asym. mxfp4, w2 (with --w2-quantizer) and w2k (with --w2k-quantizer) run the
 // requantization the pack builder runs (MXFP4 sources keep their scales; --imatrix weighs w2k and
-// w2-opt, --layer-moments feeds w2k's LDLQ, as in packs); the others run the float64 reference
+// w2-opt, --layer-moments / --expert-moments feed w2k's LDLQ, as in packs); the others run the float64 reference
 // quantizers of formats/.
 #include "cli/commands.h"
 #include "cli/quantizer_options.h"
@@ -48,7 +48,7 @@ std::vector<float> to_float(const std::vector<double>& v) { return std::vector<f
 // A routed-expert weight and what its quantizer reads besides the source.
 struct ExpertTensor {
   std::string name;
-  int64_t layer = 0;
+  int64_t layer = 0, expert = 0;
   bool down = false;                // down's input (else gate's and up's)
   const float* importance = nullptr;  // its imatrix column weights (null: none, or an MTP layer)
   std::shared_ptr<const W2kLdlqFactor> ldlq;  // its input's LDLQ decomposition (null: none, or an MTP layer)
@@ -80,14 +80,14 @@ std::vector<float> dequant(const SourceView& src, const DequantOptions& o, const
 }
 
 // Every routed-expert weight of the checkpoint in layer order: the MoE layers of the main model,
-// then the MTP (nextn) layers that ship routed experts (the imatrix and the layer moments cover the
+// then the MTP (nextn) layers that ship routed experts (the imatrix and the second moments cover the
 // main layers only). The quantizer's files must belong to the model; the LDLQ decompositions are
 // left to the caller.
 std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const QuantizerChoice& q) {
   const ModelConfig config = model_config_parse(ckpt.config());
   const Imatrix* imatrix = q.imatrix.get();
   if (imatrix) imatrix_check(*imatrix, config, imatrix->path);
-  if (q.layer_moments) q.layer_moments->check(config);
+  if (q.ldlq_moments) q.ldlq_moments->check(config);
   std::vector<ExpertTensor> tensors;
   const int64_t layers = config.num_hidden_layers + config.num_nextn_predict_layers;
   for (int64_t layer = 0; layer < layers; ++layer) {
@@ -98,7 +98,7 @@ std::vector<ExpertTensor> routed_expert_tensors(const Checkpoint& ckpt, const Qu
       for (const std::string* name : {&n.gate, &n.up, &n.down}) {
         if (!main_layer && ckpt.find(*name) == nullptr) continue;
         const bool down = name == &n.down;
-        tensors.push_back({*name, layer, down, imatrix ? imatrix->input(layer, e, down) : nullptr, nullptr});
+        tensors.push_back({*name, layer, e, down, imatrix ? imatrix->input(layer, e, down) : nullptr, nullptr});
       }
     }
   }
@@ -111,9 +111,9 @@ void run_all_experts(const DequantOptions& o, const QuantizerChoice& q) {
   std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, q);
   std::vector<TensorToWrite> tensors(experts.size());
   ThreadPool pool(o.threads);
-  if (q.layer_moments) {  // every layer's decompositions, made here in layer order, kept by the tensors
-    LdlqFactors factors(q.layer_moments, pool);
-    for (ExpertTensor& t : experts) t.ldlq = factors.get(t.layer, t.down);
+  if (q.ldlq_moments) {  // every decomposition, made here in layer and expert order, kept by the tensors
+    LdlqFactors factors(q.ldlq_moments, pool);
+    for (ExpertTensor& t : experts) t.ldlq = factors.get(t.layer, t.expert, t.down);
   }
   MOET_LOG_INFO("dequant {} routed-expert tensors -> {} ({} threads)", experts.size(), o.format, pool.size());
   // One tensor per work item, each quantized single-threaded: the quantizers give the same bits
@@ -155,15 +155,15 @@ void run(const DequantOptions& o) {
   MOET_LOG_INFO("dequant {}: {} [{}, {}] -> {}", o.tensor, source_format_name(src.format), src.rows, src.cols, o.format);
   ExpertTensor tensor{o.tensor};
   ThreadPool pool(o.threads);
-  if (q.imatrix || q.layer_moments) {  // the tensor's entries (an MoE layer's: the files hold no MTP layer)
+  if (q.imatrix || q.ldlq_moments) {  // the tensor's entries (an MoE layer's: the files hold no MTP layer)
     const std::vector<ExpertTensor> experts = routed_expert_tensors(ckpt, q);
     const auto it = std::find_if(experts.begin(), experts.end(), [&](const ExpertTensor& t) { return t.name == o.tensor; });
     if (it != experts.end()) {
       tensor = *it;
-      if (q.layer_moments) tensor.ldlq = LdlqFactors(q.layer_moments, pool).get(tensor.layer, tensor.down);
+      if (q.ldlq_moments) tensor.ldlq = LdlqFactors(q.ldlq_moments, pool).get(tensor.layer, tensor.expert, tensor.down);
     }
     MOET_CHECK(tensor.importance != nullptr || tensor.ldlq != nullptr,
-               "--{}: {} is not a routed-expert weight of an MoE layer", q.imatrix ? "imatrix" : "layer-moments",
+               "--{}: {} is not a routed-expert weight of an MoE layer", q.imatrix ? "imatrix" : "w2k-quantizer ldlq",
                o.tensor);
   }
   const std::vector<float> out = dequant(src, o, tensor, pool);

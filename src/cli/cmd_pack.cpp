@@ -1,7 +1,7 @@
 // `moet pack`: quantizes every routed expert of a checkpoint to W2, W2K or the FP4 tier format and
 // writes this rank's pack file and sidecar into --out (io/pack_writer.h). A pack that is already
 // valid for this checkpoint, format, zero mode, quantizer and the files it read (imatrix, layer
-// moments) is reused unless --force is given.
+// and expert moments) is reused unless --force is given.
 #include "cli/commands.h"
 #include "cli/quantizer_options.h"
 #include "core/log.h"
@@ -35,7 +35,7 @@ void run(const PackOptions& o) {
   ThreadPool pool(o.threads);
   const auto start = std::chrono::steady_clock::now();
   std::optional<LdlqFactors> ldlq;
-  if (spec.w2k_quantizer == W2kQuantizer::ldlq) ldlq.emplace(q.layer_moments, pool);
+  if (spec.w2k_quantizer == W2kQuantizer::ldlq) ldlq.emplace(q.ldlq_moments, pool);
   const ExpertSourceFn sources = checkpoint_expert_sources(ckpt, config, q.imatrix.get(), ldlq ? &*ldlq : nullptr);
   bool built = true;
   if (o.force) {

@@ -104,7 +104,7 @@ ModelLoadOptions ExpertOptions::resolve(int64_t max_step_rows) const {
   options.w2_quantizer = q.w2;
   options.imatrix = q.imatrix;
   options.w2k_quantizer = q.w2k;
-  options.layer_moments = q.layer_moments;
+  options.ldlq_moments = q.ldlq_moments;
   options.pack_dir = pack_dir;
   const uint64_t cache_bytes = gib_or_auto("--expert-cache-gb", cache_gb);
   const bool cache_on = cache_slots > 0 || cache_gb == "auto" || cache_bytes > 0;

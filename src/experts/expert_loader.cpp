@@ -55,7 +55,7 @@ ExpertLoader::ExpertLoader(const Checkpoint* checkpoint, const ModelConfig& conf
   spec_ = checkpoint_ != nullptr
               ? pack_spec_for(*checkpoint_, config_, format, options_.zero_mode, rank, world, pack_quantizer())
               : random_pack_spec(config_, format);
-  if (spec_->w2k_quantizer == W2kQuantizer::ldlq) ldlq_ = std::make_unique<LdlqFactors>(options_.layer_moments, pool_);
+  if (spec_->w2k_quantizer == W2kQuantizer::ldlq) ldlq_ = std::make_unique<LdlqFactors>(options_.ldlq_moments, pool_);
   spec_->rank = rank;
   spec_->world = world;
   slot_.resize(spec_->layout().stride);
@@ -100,7 +100,7 @@ void ExpertLoader::fill_random(uint8_t* slot) {
 ExpertLoader::~ExpertLoader() = default;
 
 PackQuantizer ExpertLoader::pack_quantizer() const {
-  return {options_.w2_quantizer, options_.imatrix.get(), options_.w2k_quantizer, options_.layer_moments.get()};
+  return {options_.w2_quantizer, options_.imatrix.get(), options_.w2k_quantizer, options_.ldlq_moments.get()};
 }
 
 // Only the quantizers that read an importance matrix get it (the reference W2K; W2 with the opt

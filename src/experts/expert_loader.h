@@ -5,7 +5,8 @@
 //   w2k     the stronger 2-bit format (formats/w2k.h: E8 lattice codebook, 2.25 bits a weight)
 //   fp4     MXFP4, the FP4 tier format (MXFP4 sources keep their scales verbatim)
 // W2-opt and W2K weigh their error by an importance matrix when one is given (io/imatrix.h); W2K
-// with the LDLQ quantizer rounds against its layer's input second moments (io/layer_moments.h).
+// with the LDLQ quantizer rounds against its inputs' second moments, its own or its layer's
+// (io/ldlq_moments.h).
 // For w2/w2k/fp4 every expert becomes one pack slot [codes13 | scales13 | codes2 | scales2]
 // (io/pack_format.h), quantized at load or, with a pack directory, read from a pack file that
 // is built on the first start and reused afterwards (stale packs are rebuilt, never used).
@@ -22,7 +23,7 @@
 #include "formats/mx_block.h"
 #include "io/checkpoint.h"
 #include "io/imatrix.h"
-#include "io/layer_moments.h"
+#include "io/ldlq_moments.h"
 #include "io/model_config.h"
 #include "experts/fp4_tier.h"
 #include "experts/residency.h"
@@ -48,7 +49,7 @@ struct ModelLoadOptions {
   W2Quantizer w2_quantizer = W2Quantizer::reference;
   std::shared_ptr<const Imatrix> imatrix;  // read by W2-opt and the reference W2K (null: uniform importance)
   W2kQuantizer w2k_quantizer = W2kQuantizer::reference;
-  std::shared_ptr<const LayerMoments> layer_moments;  // read by W2K's LDLQ quantizer
+  std::shared_ptr<const LdlqMoments> ldlq_moments;  // read by W2K's LDLQ quantizer
   std::filesystem::path pack_dir;  // empty: quantize at every load
   std::optional<TieringConfig> tiering;  // the backend as a cache of experts (w2 / fp4 only)
   std::optional<Fp4TierConfig> fp4_tier;  // the FP4 recovery tier over W2 experts

@@ -45,7 +45,10 @@ std::vector<const float*> row_pointers(const std::vector<float>& m, int64_t k) {
   return rows;
 }
 
+// sum += other; an empty `other` adds nothing, an empty `sum` starts at zero.
 void add_to(std::vector<double>& sum, const std::vector<double>& other) {
+  if (other.empty()) return;
+  if (sum.empty()) sum.assign(other.size(), 0.0);
   for (size_t i = 0; i < sum.size(); ++i) sum[i] += other[i];
 }
 
@@ -66,13 +69,33 @@ std::vector<float> symmetric_mean(const std::vector<double>& lower, int64_t k, i
 
 }  // namespace
 
-ImatrixCollector::ImatrixCollector(const ModelConfig& config, bool second_moments, bool layer_moments)
+bool MomentExperts::contains(int64_t layer, int64_t expert) const {
+  if (every) return true;
+  const auto it = chosen.find(layer);
+  return it != chosen.end() && std::binary_search(it->second.begin(), it->second.end(), expert);
+}
+
+MomentExperts hottest_experts(const Imatrix& imatrix, int64_t n, int64_t min_tokens) {
+  MomentExperts hottest;
+  for (const auto& [layer, counts] : imatrix.expert_tokens) {
+    std::vector<int64_t> order(counts.size());
+    for (size_t e = 0; e < order.size(); ++e) order[e] = int64_t(e);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[size_t(a)] > counts[size_t(b)]; });
+    std::vector<int64_t>& chosen = hottest.chosen[layer];
+    for (const int64_t e : order)
+      if (int64_t(chosen.size()) < n && counts[size_t(e)] >= std::max<int64_t>(min_tokens, 1)) chosen.push_back(e);
+    std::sort(chosen.begin(), chosen.end());
+  }
+  return hottest;
+}
+
+ImatrixCollector::ImatrixCollector(const ModelConfig& config, MomentExperts second_moments, bool layer_moments)
     : hidden_(config.hidden_size),
       inner_(config.moe_intermediate_size),
       experts_(config.n_routed_experts),
-      second_moments_(second_moments),
+      second_moments_(std::move(second_moments)),
       layer_moments_(layer_moments),
-      pool_(second_moments || layer_moments ? 0 : 1) {}
+      pool_(second_moments_.any() || layer_moments ? 0 : 1) {}
 
 void ImatrixCollector::Sums::add(const Sums& other) {
   add_to(gate_up_in, other.gate_up_in), add_to(down_in, other.down_in);
@@ -80,10 +103,10 @@ void ImatrixCollector::Sums::add(const Sums& other) {
   tokens += other.tokens;
 }
 
-ImatrixCollector::Sums ImatrixCollector::zero_sums() const {
+ImatrixCollector::Sums ImatrixCollector::zero_sums(bool with_moments) const {
   Sums s;
   s.gate_up_in.assign(size_t(hidden_), 0.0), s.down_in.assign(size_t(inner_), 0.0);
-  if (second_moments_) {
+  if (with_moments) {
     s.gate_up_xx.assign(size_t(hidden_ * hidden_), 0.0);
     s.down_xx.assign(size_t(inner_ * inner_), 0.0);
   }
@@ -100,7 +123,8 @@ void ImatrixCollector::observe(Backend& backend, int64_t layer, const Tensor& x,
   backend.to_host(x, xs.data());
   backend.to_host(expert_ids, ids.data());
   std::vector<Sums>& sums = layers_[layer];
-  if (sums.empty()) sums.assign(size_t(experts_), zero_sums());
+  for (int64_t e = int64_t(sums.size()); e < experts_; ++e)
+    sums.push_back(zero_sums(second_moments_.contains(layer, e)));
   // Rows per expert, each (row, expert) once, in row order.
   std::vector<std::vector<int64_t>> routed(static_cast<size_t>(experts_));
   for (int64_t r = 0; r < rows; ++r) {
@@ -178,7 +202,7 @@ Imatrix ImatrixCollector::result(int64_t min_tokens, int64_t tokens, const std::
   m.tokens = tokens;
   m.min_tokens = min_tokens;
   for (const auto& [layer, sums] : layers_) {
-    Sums total = zero_sums();
+    Sums total = zero_sums(false);
     std::vector<int32_t>& counts = m.expert_tokens[layer];
     for (const Sums& s : sums) {
       total.add(s);
@@ -188,9 +212,11 @@ Imatrix ImatrixCollector::result(int64_t min_tokens, int64_t tokens, const std::
     std::vector<ImatrixExpert>& experts = m.layers[layer];
     for (const Sums& s : sums) {
       const Sums& from = s.tokens >= min_tokens && s.tokens > 0 ? s : total;
+      // Matrices: the chosen experts' only; the layer's average needs every expert's (`total`).
+      const Sums& moments = second_moments_.every ? from : s;
       experts.push_back({mean(from.gate_up_in, from.tokens), mean(from.down_in, from.tokens),
-                         symmetric_mean(from.gate_up_xx, hidden_, from.tokens),
-                         symmetric_mean(from.down_xx, inner_, from.tokens)});
+                         symmetric_mean(moments.gate_up_xx, hidden_, moments.tokens),
+                         symmetric_mean(moments.down_xx, inner_, moments.tokens)});
     }
   }
   return m;

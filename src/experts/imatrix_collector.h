@@ -5,9 +5,10 @@
 // squares too. Sums are float64 in row order, so the result does not depend on how the text was
 // cut into steps. Dense experts only (`--experts native`): importance is measured on the
 // unquantized model. Every forward must run once (no replays: no tiered residency) and eagerly.
-// With second_moments it also sums the outer products x x^T and a a^T (lower triangles, float64,
-// the diagonal by the same operations as the vectors): K^2 doubles per expert and input, a study
-// aid for small models (models/tiny). With layer_moments it sums them once per layer over every
+// With second moments (MomentExperts: every expert, or per layer a chosen few such as the hottest
+// on an earlier pass) it also sums those experts' outer products x x^T and a a^T (lower
+// triangles, float64, the diagonal by the same operations as the vectors): K^2 doubles per chosen
+// expert and input, the expert moments of W2K's LDLQ (io/expert_moments.h). With layer_moments it sums them once per layer over every
 // (row, expert) pair instead (io/layer_moments.h: a row's x x^T weighted by the number of experts
 // it went to; a a^T in row order, each row's experts in routing order): K^2 doubles per layer
 // and input, what a full-size model can afford. The outer products run on the collector's
@@ -25,14 +26,26 @@
 
 namespace moet {
 
+// The experts whose full second moments a collector sums: none (the default), every expert, or per
+// MoE layer the listed ones.
+struct MomentExperts {
+  bool every = false;
+  std::map<int64_t, std::vector<int64_t>> chosen;  // MoE layer -> experts, ascending
+  bool contains(int64_t layer, int64_t expert) const;
+  bool any() const { return every || !chosen.empty(); }
+};
+// Per MoE layer of `imatrix`, the n experts with most tokens (ties: the lower index) among those
+// with at least max(min_tokens, 1), so that none of them takes its layer's average.
+MomentExperts hottest_experts(const Imatrix& imatrix, int64_t n, int64_t min_tokens);
+
 class ImatrixCollector final : public ExpertObserver {
  public:
-  explicit ImatrixCollector(const ModelConfig& config, bool second_moments = false, bool layer_moments = false);
+  explicit ImatrixCollector(const ModelConfig& config, MomentExperts second_moments = {}, bool layer_moments = false);
   void observe(Backend& backend, int64_t layer, const Tensor& x, const Tensor& expert_ids,
                const ExpertSet& experts) override;
   // Means of what was observed; experts with fewer than min_tokens tokens take the layer's
   // average. `tokens` (the input tokens the caller ran) and the identity go to the metadata.
-  // With second_moments the experts' gate_up_xx / down_xx are filled too (the same fallback).
+  // The chosen experts' gate_up_xx / down_xx are filled too (the same fallback; the others' stay empty).
   Imatrix result(int64_t min_tokens, int64_t tokens, const std::string& checkpoint_identity) const;
   // The layer moments (needs layer_moments): each layer's sums over its (row, expert) pairs.
   LayerMomentsData layer_moments(int64_t tokens, const std::string& checkpoint_identity) const;
@@ -47,11 +60,12 @@ class ImatrixCollector final : public ExpertObserver {
     std::vector<double> gate_up_xx, down_xx;  // lower triangles
     int64_t pairs = 0;
   };
-  Sums zero_sums() const;
+  Sums zero_sums(bool with_moments) const;
   void add_layer_pairs(int64_t layer, const std::vector<float>& xs, const std::vector<int32_t>& ids, int64_t top_k,
                        const std::vector<std::vector<int64_t>>& routed, const std::vector<std::vector<float>>& acts);
   int64_t hidden_, inner_, experts_;
-  bool second_moments_, layer_moments_;
+  MomentExperts second_moments_;
+  bool layer_moments_;
   std::map<int64_t, std::vector<Sums>> layers_;
   std::map<int64_t, LayerSums> layer_sums_;
   ThreadPool pool_;

@@ -16,10 +16,6 @@
 namespace moet {
 namespace {
 
-std::string expert_key(int64_t layer, int64_t expert, bool down) {
-  return fmt::format("layers.{}.experts.{}.{}", layer, expert, down ? "down_in" : "gate_up_in");
-}
-
 std::string tokens_key(int64_t layer) { return fmt::format("layers.{}.expert_tokens", layer); }
 
 template <typename T>
@@ -31,13 +27,18 @@ TensorToWrite vector_tensor(std::string name, DType dtype, const std::vector<T>&
   return t;
 }
 
-// "layers.<L>.experts.<e>.<what>" or "layers.<L>.expert_tokens" -> its parts; false otherwise.
-bool parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::string* what) {
+}  // namespace
+
+std::string imatrix_expert_key(int64_t layer, int64_t expert, bool down) {
+  return fmt::format("layers.{}.experts.{}.{}", layer, expert, down ? "down_in" : "gate_up_in");
+}
+
+bool imatrix_parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::string* what) {
   char tail[32] = {};
   long long l = -1, e = -1;
   if (std::sscanf(name.c_str(), "layers.%lld.experts.%lld.%31s", &l, &e, tail) == 3) {
     *layer = l, *expert = e, *what = tail;
-    return name == expert_key(l, e, *what == "down_in");
+    return name == imatrix_expert_key(l, e, *what == "down_in");
   }
   if (std::sscanf(name.c_str(), "layers.%lld.expert_tokens", &l) == 1 && name == tokens_key(l)) {
     *layer = l, *expert = -1, *what = "expert_tokens";
@@ -46,7 +47,15 @@ bool parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::st
   return false;
 }
 
-}  // namespace
+std::unique_ptr<SafetensorsFile> moet_file_open(const std::filesystem::path& path, std::string_view format,
+                                                std::string_view what, std::string_view how) {
+  auto file = SafetensorsFile::open(path);
+  const nlohmann::json header = nlohmann::json::parse(file->header_json());
+  const nlohmann::json meta = header.value("__metadata__", nlohmann::json::object());
+  MOET_CHECK(meta.value("format", "") == format, "{} is not a moet {} (no __metadata__ format '{}'; make one with `{}`)",
+             path.string(), what, format, how);
+  return file;
+}
 
 std::string file_xxh64(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -79,10 +88,11 @@ std::string write_file(const std::filesystem::path& path, const Imatrix& imatrix
     for (size_t e = 0; e < experts.size(); ++e) {
       const ImatrixExpert& x = experts[e];
       const auto add = [&](bool down, const std::vector<float>& vector, const std::vector<float>& matrix) {
-        const std::string key = expert_key(layer, int64_t(e), down);
+        const std::string key = imatrix_expert_key(layer, int64_t(e), down);
         const int64_t k = int64_t(vector.size());
         if (!second_moments) return tensors.push_back(vector_tensor(key, DType::f32, vector));
-        MOET_CHECK(int64_t(matrix.size()) == k * k, "imatrix: {} has no second moments", key);
+        if (matrix.empty()) return;  // an expert whose second moments were not collected
+        MOET_CHECK(int64_t(matrix.size()) == k * k, "imatrix: {} has {} second moments, not {}^2", key, matrix.size(), k);
         tensors.push_back(vector_tensor(key, DType::f32, matrix, {k, k}));
       };
       add(false, x.gate_up_in, x.gate_up_xx);
@@ -111,12 +121,8 @@ std::string imatrix_second_moments_write(const std::filesystem::path& path, cons
 
 Imatrix imatrix_read(const std::filesystem::path& path) {
   const std::string file = path.string();
-  const auto st = SafetensorsFile::open(path);
-  const nlohmann::json header = nlohmann::json::parse(st->header_json());
-  const nlohmann::json meta = header.value("__metadata__", nlohmann::json::object());
-  MOET_CHECK(meta.value("format", "") == kImatrixFormat,
-             "{} is not a moet importance matrix (no __metadata__ format '{}'; make one with `moet imatrix`)", file,
-             kImatrixFormat);
+  const auto st = moet_file_open(path, kImatrixFormat, "importance matrix", "moet imatrix");
+  const nlohmann::json meta = nlohmann::json::parse(st->header_json()).at("__metadata__");
   Imatrix m;
   try {
     m.checkpoint_identity = meta.at("checkpoint_identity").get<std::string>();
@@ -128,7 +134,7 @@ Imatrix imatrix_read(const std::filesystem::path& path) {
   for (const HostTensor& t : st->tensors()) {
     int64_t layer = -1, expert = -1;
     std::string what;
-    MOET_CHECK(parse_key(t.name, &layer, &expert, &what) && layer >= 0 && t.shape.size() == 1,
+    MOET_CHECK(imatrix_parse_key(t.name, &layer, &expert, &what) && layer >= 0 && t.shape.size() == 1,
                "imatrix {}: unexpected tensor '{}' {}", file, t.name, t.shape_text());
     if (expert < 0) {
       MOET_CHECK(t.dtype == DType::i32, "imatrix {}: {} must be I32", file, t.name);
@@ -168,7 +174,7 @@ void imatrix_check(const Imatrix& imatrix, const ModelConfig& config, const std:
       const int64_t gate_up = int64_t(x.gate_up_in.size()), down = int64_t(x.down_in.size());
       if (gate_up != config.hidden_size || down != config.moe_intermediate_size)
         refuse(fmt::format("{} / {} have {} / {} columns, the model's experts {} / {}",
-                           expert_key(layer, int64_t(e), false), expert_key(layer, int64_t(e), true), gate_up, down,
+                           imatrix_expert_key(layer, int64_t(e), false), imatrix_expert_key(layer, int64_t(e), true), gate_up, down,
                            config.hidden_size, config.moe_intermediate_size));
     }
   }

@@ -11,21 +11,26 @@
 //   layers.<L>.experts.<e>.down_in      F32 [inner]
 //   layers.<L>.expert_tokens            I32 [experts]   tokens routed to each expert
 //   __metadata__ {"format": "moet-imatrix-v1", "checkpoint_identity", "tokens", "min_tokens"}
-// `moet imatrix --second-moments F` also writes the full second moments E[x x^T] (and E[a a^T]) of
+// `moet imatrix --expert-moments F` also writes the full second moments E[x x^T] (and E[a a^T]) of
 // each expert's inputs to F: the same names with shapes [hidden, hidden] and [inner, inner], format
-// "moet-imatrix-second-moments-v1" (a study aid for rounding that sees the inputs' correlations;
-// what the quantizer reads is one matrix per layer: io/layer_moments.h).
+// "moet-imatrix-second-moments-v1", for every expert or (--expert-moments-top N) only for each
+// layer's N hottest; expert_tokens always covers every expert. W2K's LDLQ quantizer reads it
+// (io/expert_moments.h); an expert without matrices there rounds against its layer's
+// (io/layer_moments.h).
 // A file belongs to a model when its tensors are exactly these names for the model's MoE layers
 // and experts, with these shapes (imatrix_check). Its identity is the xxh64 of the file's bytes;
 // packs quantized with an imatrix record it, so a changed imatrix makes them stale.
 #pragma once
 
 #include "io/model_config.h"
+#include "io/safetensors.h"
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moet {
@@ -60,8 +65,17 @@ struct Imatrix {
 std::string file_xxh64(const std::filesystem::path& path);
 // Writes `imatrix` to `path` and returns the file's hash.
 std::string imatrix_write(const std::filesystem::path& path, const Imatrix& imatrix);
-// Writes the second moments of `imatrix` (every expert must have them) to `path`; returns the hash.
+// Writes the second moments of `imatrix` to `path` (the experts that have them; the others are
+// left out) and returns the hash.
 std::string imatrix_second_moments_write(const std::filesystem::path& path, const Imatrix& imatrix);
+// The tensor name of (layer, expert)'s gate_up_in or down_in entry, and its inverse: "layers.<L>.
+// experts.<e>.<what>" or "layers.<L>.expert_tokens" (expert -1) -> the parts; false for any other.
+std::string imatrix_expert_key(int64_t layer, int64_t expert, bool down);
+bool imatrix_parse_key(const std::string& name, int64_t* layer, int64_t* expert, std::string* what);
+// Opens a moet safetensors file whose __metadata__ format is `format`; throws "F is not a moet
+// <what> (no __metadata__ format '<format>'; make one with `<how>`)" otherwise.
+std::unique_ptr<SafetensorsFile> moet_file_open(const std::filesystem::path& path, std::string_view format,
+                                                std::string_view what, std::string_view how);
 // Reads a file imatrix_write wrote; throws naming the file when it is not one.
 Imatrix imatrix_read(const std::filesystem::path& path);
 // Throws "imatrix F was made for another model: ..." unless the layers, experts and vector

@@ -1,11 +1,10 @@
-// Layer-moments files and their LDLQ decompositions (see layer_moments.h).
+// Layer-moments files (see layer_moments.h).
 #include "io/layer_moments.h"
 
 #include "core/error.h"
 #include "io/imatrix.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -44,13 +43,7 @@ std::string layer_moments_write(const std::filesystem::path& path, const LayerMo
 std::shared_ptr<const LayerMoments> LayerMoments::read(const std::filesystem::path& path) {
   auto m = std::make_shared<LayerMoments>();
   m->path_ = path.string();
-  m->file_ = SafetensorsFile::open(path);
-  const nlohmann::json header = nlohmann::json::parse(m->file_->header_json());
-  const nlohmann::json meta = header.value("__metadata__", nlohmann::json::object());
-  MOET_CHECK(meta.value("format", "") == kLayerMomentsFormat,
-             "{} is not a moet layer-moments file (no __metadata__ format '{}'; make one with `moet imatrix "
-             "--layer-moments`)",
-             m->path_, kLayerMomentsFormat);
+  m->file_ = moet_file_open(path, kLayerMomentsFormat, "layer-moments file", "moet imatrix --layer-moments");
   for (const HostTensor& t : m->file_->tensors()) {
     long long layer = -1;
     char what[16] = {};
@@ -91,25 +84,6 @@ void LayerMoments::check(const ModelConfig& config) const {
 const HostTensor* LayerMoments::matrix(int64_t layer, bool down) const {
   const auto it = tensors_.find({layer, down});
   return it == tensors_.end() ? nullptr : it->second;
-}
-
-LdlqFactors::LdlqFactors(std::shared_ptr<const LayerMoments> moments, ThreadPool& pool)
-    : moments_(std::move(moments)), pool_(pool) {}
-
-std::shared_ptr<const W2kLdlqFactor> LdlqFactors::get(int64_t layer, bool down) {
-  const HostTensor* matrix = moments_->matrix(layer, down);
-  if (matrix == nullptr) return nullptr;
-  if (layer != layer_) {
-    factors_[0] = factors_[1] = nullptr;  // the previous layer's are released first
-    layer_ = layer;
-  }
-  std::shared_ptr<const W2kLdlqFactor>& f = factors_[down ? 1 : 0];
-  if (!f) {
-    std::vector<float> H(size_t(matrix->numel()));  // aligned for float reads
-    std::memcpy(H.data(), matrix->data, matrix->bytes);
-    f = std::make_shared<const W2kLdlqFactor>(w2k_ldlq_factor(H.data(), matrix->shape[0], pool_));
-  }
-  return f;
 }
 
 }  // namespace moet

@@ -12,12 +12,11 @@
 //   layers.<L>.down_in      F32 [inner, inner]     symmetric
 //   __metadata__ {"format": "moet-layer-moments-v1", "checkpoint_identity", "tokens", "pairs"}
 // A file belongs to a model when its tensors are exactly these names for the model's MoE layers
-// with these shapes (layer_moments_check). Its identity is the xxh64 of the file's bytes; packs
+// with these shapes (LayerMoments::check). Its identity is the xxh64 of the file's bytes; packs
 // quantized with it record it, so a changed file makes them stale. The matrices stay in the
-// memory-mapped file until a quantizer copies one out.
+// memory-mapped file until a quantizer copies one out (io/ldlq_moments.h).
 #pragma once
 
-#include "formats/w2k_ldlq.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 
@@ -64,23 +63,6 @@ class LayerMoments {
   std::unique_ptr<SafetensorsFile> file_;
   std::map<std::pair<int64_t, bool>, const HostTensor*> tensors_;  // (layer, down) -> its tensor
   std::string hash_, path_;
-};
-
-// The LDLQ decompositions of a file's matrices, made on first use; only the layer asked last is
-// kept (packs and loads run layer by layer; each decomposition is K^2 doubles). One thread at a
-// time: the decompositions run on `pool`.
-class LdlqFactors {
- public:
-  LdlqFactors(std::shared_ptr<const LayerMoments> moments, ThreadPool& pool);
-  // The factor for the input of (layer, down); null for a layer the file does not hold (the MTP
-  // layers, which scoring never runs: they keep the reference quantizer).
-  std::shared_ptr<const W2kLdlqFactor> get(int64_t layer, bool down);
-
- private:
-  std::shared_ptr<const LayerMoments> moments_;
-  ThreadPool& pool_;
-  int64_t layer_ = -1;
-  std::shared_ptr<const W2kLdlqFactor> factors_[2];
 };
 
 }  // namespace moet

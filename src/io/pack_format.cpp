@@ -75,6 +75,9 @@ nlohmann::json pack_sidecar_json(const PackSpec& spec) {
   if (!spec.imatrix.empty()) body["imatrix"] = spec.imatrix;
   if (spec.w2k_quantizer != W2kQuantizer::reference) body["w2k_quantizer"] = w2k_quantizer_name(spec.w2k_quantizer);
   if (!spec.layer_moments.empty()) body["layer_moments"] = spec.layer_moments;
+  if (!spec.expert_moments.empty()) body["expert_moments"] = spec.expert_moments;
+  if (!spec.expert_moments.empty() && !spec.layer_moments.empty())
+    body["expert_moments_prior"] = spec.expert_moments_prior;
   body["checksum"] = body_checksum(body);
   return body;
 }
@@ -110,6 +113,8 @@ PackSpec pack_sidecar_read(const std::filesystem::path& path) {
     spec.imatrix = j.value("imatrix", "");
     spec.w2k_quantizer = w2k_quantizer_parse(j.value("w2k_quantizer", "reference"));
     spec.layer_moments = j.value("layer_moments", "");
+    spec.expert_moments = j.value("expert_moments", "");
+    spec.expert_moments_prior = j.value("expert_moments_prior", int64_t(0));
     MOET_CHECK(j.at("format_version").get<int>() == kPackFormatVersion,
                "pack sidecar {}: format version {}, this build uses {}", path.string(),
                j.at("format_version").dump(), kPackFormatVersion);
@@ -138,7 +143,7 @@ std::string pack_check(const PackPaths& paths, const PackSpec& expected) {
   const nlohmann::json a = pack_sidecar_json(have), b = pack_sidecar_json(expected);
   // Primary fields first (in this order), so the reason names the cause, not a derived field.
   static const char* const kOrder[] = {"format", "checkpoint_identity", "zero_mode", "w2_quantizer", "imatrix",
-                                       "w2k_quantizer", "layer_moments",
+                                       "w2k_quantizer", "layer_moments", "expert_moments", "expert_moments_prior",
                                        "n_layers", "n_experts", "rank", "world", "hidden", "intermediate", "layers"};
   std::vector<std::string> keys(std::begin(kOrder), std::end(kOrder));
   for (const auto& [key, value] : b.items()) keys.push_back(key);

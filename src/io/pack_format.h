@@ -50,6 +50,8 @@ struct PackSpec {
   std::string imatrix;        // hash of the imatrix the quantizer weighed by (sidecar "imatrix"); "": none
   W2kQuantizer w2k_quantizer = W2kQuantizer::reference;  // sidecar "w2k_quantizer" when not reference
   std::string layer_moments;  // hash of the layer moments LDLQ rounded against (sidecar "layer_moments"); "": none
+  std::string expert_moments;  // hash of the expert moments LDLQ rounded against (sidecar "expert_moments"); "": none
+  int64_t expert_moments_prior = 0;  // n0 of their blend with the layer moments (sidecar field with both files)
   std::string identity;       // checkpoint identity (hash of index + headers + config)
   int64_t n_layers = 0;
   int64_t n_experts = 0;      // E of the model

@@ -113,10 +113,13 @@ PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreF
     spec.imatrix = quantizer.imatrix->hash;
   }
   if (format == StoreFormat::w2k && quantizer.w2k == W2kQuantizer::ldlq) {
-    MOET_CHECK(quantizer.layer_moments != nullptr, "the w2k LDLQ quantizer needs layer moments (--layer-moments)");
-    quantizer.layer_moments->check(config);
+    const LdlqMoments* moments = quantizer.ldlq_moments;
+    MOET_CHECK(moments != nullptr, "the w2k LDLQ quantizer needs second moments (--layer-moments, --expert-moments)");
+    moments->check(config);
     spec.w2k_quantizer = W2kQuantizer::ldlq;
-    spec.layer_moments = quantizer.layer_moments->hash();
+    if (moments->layers) spec.layer_moments = moments->layers->hash();
+    if (moments->experts) spec.expert_moments = moments->experts->hash();
+    if (moments->layers && moments->experts) spec.expert_moments_prior = moments->prior_tokens;
   }
   spec.identity = ckpt.identity();
   spec.n_layers = config.num_hidden_layers;
@@ -142,8 +145,8 @@ ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConf
       sources.down_importance = imatrix->input(layer, expert, true);
     }
     if (ldlq != nullptr) {
-      sources.gate_up_ldlq = ldlq->get(layer, false);
-      sources.down_ldlq = ldlq->get(layer, true);
+      sources.gate_up_ldlq = ldlq->get(layer, expert, false);
+      sources.down_ldlq = ldlq->get(layer, expert, true);
     }
     return sources;
   };

@@ -14,7 +14,7 @@
 #include "formats/source.h"
 #include "io/checkpoint.h"
 #include "io/imatrix.h"
-#include "io/layer_moments.h"
+#include "io/ldlq_moments.h"
 #include "io/model_config.h"
 #include "io/pack_writer.h"
 
@@ -26,24 +26,25 @@ SourceView checkpoint_source_view(const Checkpoint& ckpt, const std::string& nam
 
 // How a pack's experts are quantized beyond format and zero mode: W2's and W2K's quantizers, the
 // importance matrix (null: none) that W2-opt and the reference W2K weigh their error by, and the
-// layer moments (null: none) that W2K's LDLQ rounds against.
+// second moments (null: none) that W2K's LDLQ rounds against.
 struct PackQuantizer {
   W2Quantizer w2 = W2Quantizer::reference;
   const Imatrix* imatrix = nullptr;
   W2kQuantizer w2k = W2kQuantizer::reference;
-  const LayerMoments* layer_moments = nullptr;
+  const LdlqMoments* ldlq_moments = nullptr;
 };
 // Whether `format` with `quantizer` reads an importance matrix (the reference W2K; W2 with the
 // opt quantizer).
 bool pack_uses_imatrix(StoreFormat format, const PackQuantizer& quantizer);
 
-// The pack expected for this checkpoint, format, zero mode and rank. An imatrix or layer-moments
+// The pack expected for this checkpoint, format, zero mode and rank. An imatrix or second-moments
 // file the quantizer reads must belong to the model (else a one-line error naming the file); its
-// hash becomes part of the pack's identity. W2K's LDLQ without layer moments is an error.
+// hash (and the blend's prior) becomes part of the pack's identity. W2K's LDLQ without second
+// moments is an error.
 PackSpec pack_spec_for(const Checkpoint& ckpt, const ModelConfig& config, StoreFormat format,
                        ZeroMode zero_mode, int rank = 0, int world = 1, const PackQuantizer& quantizer = {});
 // Each expert's source views, with the imatrix's column importance and the LDLQ decompositions
-// of its layer's second moments when given.
+// of its inputs' second moments (its own or its layer's: io/ldlq_moments.h) when given.
 ExpertSourceFn checkpoint_expert_sources(const Checkpoint& ckpt, const ModelConfig& config,
                                          const Imatrix* imatrix = nullptr, LdlqFactors* ldlq = nullptr);
 

@@ -2,7 +2,9 @@
 
 For every format (bf16 = the checkpoint, fp8, mxfp4, nvfp4, w2 with each zero mode, w2-asym; with
 --formats all also w2-opt and w2k, with --imatrix w2k-imatrix, w2-opt then weighted by it, and with
---layer-moments w2k-ldlq, W2K rounded by LDLQ against those second moments) the
+--layer-moments w2k-ldlq, W2K rounded by LDLQ against those second moments, and with
+--expert-moments w2k-ldlq-expert, LDLQ against each expert's own where the file holds it and
+the layer's otherwise, blended by --expert-moments-prior when given) the
 routed experts of the model are replaced by their quantize-then-dequantize values (one `moet
 dequant --all-experts` run per format: the reference quantizers) and stored as F32 in a copy of
 the checkpoint; everything else is left as shipped. Each copy is scored teacher-forced on a
@@ -17,7 +19,7 @@ Needs only numpy (safetensors files are read and written here byte by byte; no m
 Usage: python3 tools/quality/eval_quality.py --model models/tiny --text FILE --prompts FILE
          --out DIR [--moet build/moet] [--device cpu|cuda] [--max-tokens N] [--greedy-tokens N]
          [--max-prompts N] [--threads N] [--work DIR] [--imatrix FILE] [--layer-moments FILE]
-         [--formats a,b,...]
+         [--expert-moments FILE [--expert-moments-prior N]] [--formats a,b,...]
 Score at most the model's training context (--max-tokens; models/tiny was trained on 1024).
 """
 import argparse
@@ -34,12 +36,16 @@ import time
 import numpy as np
 
 # (label, moet dequant --format, --zero-mode, more dequant arguments; "IMATRIX" is --imatrix's file,
-# "LAYER_MOMENTS" --layer-moments')
+# "LAYER_MOMENTS" --layer-moments', "EXPERT_MOMENTS" --expert-moments' with --expert-moments-prior)
 FORMATS = [("bf16", None, None, []), ("fp8", "fp8", None, []), ("mxfp4", "mxfp4", None, []),
            ("nvfp4", "nvfp4", None, []), ("w2-auto", "w2", "auto", []), ("w2-sign", "w2", "sign", []),
            ("w2-alt", "w2", "alt", []), ("w2-asym", "w2-asym", "auto", []), ("w2-opt", "w2", "auto", ["--w2-quantizer", "opt", "IMATRIX"]),
            ("w2k", "w2k", None, []), ("w2k-imatrix", "w2k", None, ["IMATRIX"]),
-           ("w2k-ldlq", "w2k", None, ["--w2k-quantizer", "ldlq", "LAYER_MOMENTS"])]
+           ("w2k-ldlq", "w2k", None, ["--w2k-quantizer", "ldlq", "LAYER_MOMENTS"]),
+           ("w2k-ldlq-expert", "w2k", None, ["--w2k-quantizer", "ldlq", "LAYER_MOMENTS", "EXPERT_MOMENTS"])]
+# The files a format runs without (w2-opt unweighted; w2k-ldlq-expert with an expert-moments file that
+# holds every expert).
+OPTIONAL_FILES = {"w2-opt": {"IMATRIX"}, "w2k-ldlq-expert": {"LAYER_MOMENTS"}}
 
 
 # The formats of a run without --formats (issue 31's w2-opt and w2k run with --formats all or by name).
@@ -48,15 +54,18 @@ DEFAULT_FORMATS = "fp8,mxfp4,nvfp4,w2-auto,w2-sign,w2-alt,w2-asym"
 
 def formats(args):
     """bf16 first, then --formats (all: every one); w2k-imatrix only with --imatrix (which w2-opt reads too,
-    running unweighted without it), w2k-ldlq only with --layer-moments."""
+    running unweighted without it), w2k-ldlq only with --layer-moments, w2k-ldlq-expert only with
+    --expert-moments."""
+    prior = ["--expert-moments-prior", args.expert_moments_prior] if args.expert_moments_prior is not None else []
     files = {"IMATRIX": ["--imatrix", args.imatrix] if args.imatrix else [],
-             "LAYER_MOMENTS": ["--layer-moments", args.layer_moments] if args.layer_moments else []}
+             "LAYER_MOMENTS": ["--layer-moments", args.layer_moments] if args.layer_moments else [],
+             "EXPERT_MOMENTS": ["--expert-moments", args.expert_moments, *prior] if args.expert_moments else []}
     chosen = []
     wanted = (args.formats or DEFAULT_FORMATS).split(",")
     for label, fmt, zero_mode, extra in FORMATS:
         if label != "bf16" and label not in wanted and wanted != ["all"]:
             continue
-        if label != "w2-opt" and any(x in files and not files[x] for x in extra):
+        if any(x in files and not files[x] and x not in OPTIONAL_FILES.get(label, ()) for x in extra):
             continue
         chosen.append((label, fmt, zero_mode, [a for x in extra for a in files.get(x, [x])]))
     return chosen
@@ -238,7 +247,11 @@ def main():
     parser.add_argument("--work", default=None, help="folder for the quantized model copies (default: the system's temp)")
     parser.add_argument("--imatrix", default=None, help="importance matrix (moet imatrix) for w2-opt and w2k-imatrix")
     parser.add_argument("--layer-moments", default=None,
-                        help="layer moments (moet imatrix --layer-moments) for w2k-ldlq")
+                        help="layer moments (moet imatrix --layer-moments) for w2k-ldlq and w2k-ldlq-expert")
+    parser.add_argument("--expert-moments", default=None,
+                        help="expert moments (moet imatrix --expert-moments) for w2k-ldlq-expert")
+    parser.add_argument("--expert-moments-prior", type=int, default=None,
+                        help="w2k-ldlq-expert with --layer-moments: moet's --expert-moments-prior (default: moet's)")
     parser.add_argument("--formats", default="", help="comma-separated labels to run after bf16, or all "
                                                          f"(default: {DEFAULT_FORMATS})")
     args = parser.parse_args()

@@ -6,7 +6,7 @@ sqrt(sum (w - q)^2 / sum w^2) and the importance-weighted one sqrt(sum_k imp_k (
 are measured. With --kld, the finalists' dequantized experts are swapped into a copy of the model
 (tools/quality/eval_quality.py does the swap) and scored teacher-forced with `moet score` against the
 unquantized model: KL mean / p99, top-1 agreement, perplexity. With --second-moments (a file from
-`moet imatrix --second-moments`: each expert's input H = E[x x^T]), the candidates that round by
+`moet imatrix --expert-moments`: each expert's input H = E[x x^T]), the candidates that round by
 LDLQ (tools/quality/ldlq.py) run, and every format's proxy error tr((W-Q) H (W-Q)^T) / tr(W H W^T)
 (the relative mean square of the expert's output error on those inputs) is measured too.
 --shared-moments quantizes with each layer's mean H instead (what a full-size model could collect);

@@ -4,7 +4,8 @@
 // the routings, experts below min_tokens take the layer average, cutting the text into other
 // steps gives the same file, and a forward without the observer runs as before. With second
 // moments, the matrices' diagonals are the imatrix's vectors, gate_up's matrix is the mean of the
-// routed rows' x x^T, and the file holds them as [K, K]. Layer moments are the per-expert second
+// routed rows' x x^T, and the file holds them as [K, K]; collected for each layer's hottest experts
+// only, those are the same bits and the others have none (nor does the file). Layer moments are the per-expert second
 // moments' mean weighted by the experts' tokens, the same for any cut into steps.
 #include "../cpu_isa_env.h"
 #include "backend/cpu/cpu_backend.h"
@@ -18,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -143,7 +145,7 @@ TEST(ImatrixCollector, FewTokensTakeTheLayerAverageAndStepsDoNotMatter) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
   Loaded run = load(checkpoint);
   const std::vector<int32_t> text = tokens(*run.model, 30);
-  ImatrixCollector one_step(run.model->config(), false, true), small_steps(run.model->config(), false, true);
+  ImatrixCollector one_step(run.model->config(), {}, true), small_steps(run.model->config(), {}, true);
   run.model->experts().set_observer(&one_step);
   score(*run.model, text, false, 512);
   run.model->experts().set_observer(&small_steps);
@@ -182,7 +184,7 @@ TEST(ImatrixCollector, SecondMomentsExtendTheImatrix) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
   Loaded run = load(checkpoint);
   const ModelConfig& c = run.model->config();
-  ImatrixCollector collector(c, true);
+  ImatrixCollector collector(c, {.every = true});
   const Recorder recorder = record(*run.model, collector);
   const Imatrix m = collector.result(1, 40, checkpoint.identity());
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
@@ -228,11 +230,48 @@ TEST(ImatrixCollector, SecondMomentsExtendTheImatrix) {
   }
 }
 
+TEST(ImatrixCollector, SecondMomentsOfTheHottestExpertsOnly) {
+  const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
+  Loaded run = load(checkpoint);
+  const ModelConfig& c = run.model->config();
+  ImatrixCollector every(c, {.every = true});
+  record(*run.model, every);
+  const Imatrix all = every.result(1, 40, "");
+  const MomentExperts hottest = hottest_experts(all, 2, 1);
+  ImatrixCollector chosen(c, hottest);
+  record(*run.model, chosen);
+  const Imatrix some = chosen.result(1, 40, "");
+  ASSERT_EQ(hottest.chosen.size(), all.expert_tokens.size());
+  TempDir dir;
+  imatrix_second_moments_write(dir.path() / "m.safetensors", some);
+  const auto file = SafetensorsFile::open(dir.path() / "m.safetensors");
+  const auto has = [&](const std::string& name) {
+    return std::any_of(file->tensors().begin(), file->tensors().end(), [&](const HostTensor& t) { return t.name == name; });
+  };
+  for (const auto& [layer, counts] : all.expert_tokens) {
+    const std::vector<int64_t>& mine = hottest.chosen.at(layer);
+    ASSERT_EQ(mine.size(), 2u);
+    int32_t coldest_chosen = 1 << 30, hottest_other = 0;
+    for (int64_t e = 0; e < int64_t(counts.size()); ++e) {
+      const bool is_chosen = std::find(mine.begin(), mine.end(), e) != mine.end();
+      if (is_chosen) coldest_chosen = std::min(coldest_chosen, counts[size_t(e)]);
+      if (!is_chosen) hottest_other = std::max(hottest_other, counts[size_t(e)]);
+      const ImatrixExpert &x = some.layers.at(layer)[size_t(e)], &want = all.layers.at(layer)[size_t(e)];
+      EXPECT_EQ(x.gate_up_in, want.gate_up_in);
+      EXPECT_EQ(x.gate_up_xx, is_chosen ? want.gate_up_xx : std::vector<float>{}) << layer << "/" << e;
+      EXPECT_EQ(x.down_xx, is_chosen ? want.down_xx : std::vector<float>{}) << layer << "/" << e;
+      EXPECT_EQ(has(fmt::format("layers.{}.experts.{}.down_in", layer, e)), is_chosen);
+    }
+    EXPECT_GE(coldest_chosen, hottest_other) << "the hottest are chosen";
+    EXPECT_TRUE(has(fmt::format("layers.{}.expert_tokens", layer))) << "every expert's tokens";
+  }
+}
+
 TEST(ImatrixCollector, LayerMomentsAreTheRoutedPairsMean) {
   const Checkpoint checkpoint = Checkpoint::open(kSource / "tests/fixtures/qwen3_moe");
   Loaded run = load(checkpoint);
   const ModelConfig& c = run.model->config();
-  ImatrixCollector collector(c, true, true);
+  ImatrixCollector collector(c, {.every = true}, true);
   record(*run.model, collector);
   const Imatrix m = collector.result(1, 40, checkpoint.identity());
   const LayerMomentsData layers = collector.layer_moments(40, checkpoint.identity());

@@ -199,8 +199,9 @@ TEST_F(PackTest, ImatrixAndQuantizerAreIdentity) {
   EXPECT_NE(pack_check(paths_, spec_).find("w2_quantizer"), std::string::npos);
 }
 
-// W2K's LDLQ quantizer and its layer-moments file are part of the identity alike.
-TEST_F(PackTest, LayerMomentsAndW2kQuantizerAreIdentity) {
+// W2K's LDLQ quantizer, its layer- and expert-moments files and the prior of their blend are part
+// of the identity alike.
+TEST_F(PackTest, SecondMomentsAndW2kQuantizerAreIdentity) {
   spec_.format = StoreFormat::w2k;
   paths_ = pack_paths(dir_, spec_.format, 0, 1);
   build();
@@ -220,6 +221,25 @@ TEST_F(PackTest, LayerMomentsAndW2kQuantizerAreIdentity) {
   other.layer_moments = "fedcba9876543210";
   EXPECT_NE(pack_check(paths_, other).find("'layer_moments'"), std::string::npos) << pack_check(paths_, other);
   EXPECT_NE(pack_check(paths_, spec_).find("w2k_quantizer"), std::string::npos);
+  PackSpec experts = ldlq;
+  experts.expert_moments = "00112233445566ff";
+  experts.expert_moments_prior = 64;
+  EXPECT_NE(pack_check(paths_, experts).find("'expert_moments'"), std::string::npos) << pack_check(paths_, experts);
+  EXPECT_TRUE(pack_ensure(paths_, experts, experts_.fn(), pool_, false));
+  const PackSpec both = pack_sidecar_read(paths_.sidecar);
+  EXPECT_EQ(both.expert_moments, experts.expert_moments);
+  EXPECT_EQ(both.expert_moments_prior, 64);
+  other = experts;
+  other.expert_moments = "ff00112233445566";
+  EXPECT_NE(pack_check(paths_, other).find("'expert_moments'"), std::string::npos) << pack_check(paths_, other);
+  other = experts;
+  other.expert_moments_prior = 0;
+  EXPECT_NE(pack_check(paths_, other).find("'expert_moments_prior'"), std::string::npos) << pack_check(paths_, other);
+  other = experts;
+  other.layer_moments = "";  // expert moments alone: no prior recorded (nothing to blend with)
+  EXPECT_TRUE(pack_ensure(paths_, other, experts_.fn(), pool_, false));
+  const nlohmann::json alone = nlohmann::json::parse(std::ifstream(paths_.sidecar));
+  EXPECT_FALSE(alone.contains("layer_moments") || alone.contains("expert_moments_prior")) << alone.dump();
 }
 
 TEST_F(PackTest, TruncatedPackGivesClearError) {
