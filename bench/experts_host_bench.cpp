@@ -4,7 +4,10 @@
 // kernel streaming its weights once could reach). Shapes: DeepSeek-V3 (hidden 7168, inner 2048:
 // 11.6 MB a W2 expert) and Qwen3-30B-A3B (2048, 768: 1.1 MB). Experts rotate over 256 MB so that
 // rows come from memory, not from the caches. Also the W2 product alone with and without the rows
-// sharing each block's decoding (kernels/cpu/w2_rows.h).
+// sharing each block's decoding (kernels/cpu/w2_rows.h). Each on the avx2 and avx512 levels (the
+// last argument; skipped where the CPU lacks it), with "of_memcpy" the ratio to a memcpy of the
+// same bytes measured in the same process (cpu_isa_bench.h).
+#include "cpu_isa_bench.h"
 #include "backend/cpu/cpu_backend.h"
 #include "experts/host_experts.h"
 #include "kernels/cpu/w2_matmul.h"
@@ -44,31 +47,38 @@ std::vector<uint8_t> random_rows(const ExpertRowLayout& r, size_t count) {
   return bytes;
 }
 
-// state.range(0): shape, (1): rows, (2): threads.
+// state.range(0): shape, (1): rows, (2): threads, (3): CpuIsa.
 void BM_HostExpertW2(benchmark::State& state) {
+  const std::optional<CpuIsa> isa = bench_cpu_isa(state, state.range(3));
+  if (!isa) return;
   const Shape s = kShapes[state.range(0)];
   const int64_t rows = state.range(1);
   const ExpertRowLayout r = s.row();
   const size_t count = std::max<size_t>(2, kRotationBytes / r.bytes);
   const std::vector<uint8_t> experts = random_rows(r, count);
-  auto backend = cpu_backend_create({1, cpu_isa_best()});
-  HostExperts host(*backend, {ExpertFormat::w2, s.hidden, s.inner}, r, int(state.range(2)), cpu_isa_best());
+  auto backend = cpu_backend_create({1, *isa});
+  HostExperts host(*backend, {ExpertFormat::w2, s.hidden, s.inner}, r, int(state.range(2)), *isa);
   std::vector<float> x(size_t(rows * s.hidden), 0.01f), results(size_t(rows * s.hidden));
   std::vector<int64_t> items(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) items[size_t(i)] = i;
   size_t e = 0;
+  const BenchClock::time_point start = BenchClock::now();
   for (auto _ : state) {
     host.compute(experts.data() + e * r.bytes, x.data(), 1, items, results.data());
     benchmark::DoNotOptimize(results.data());
     e = (e + 1) % count;
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(r.bytes));
+  report_of_memcpy(state, start, r.bytes, kRotationBytes);
 }
 
 // One W2 product of DeepSeek-V3's gate_up shape (4096 x 7168, 8.26 MB) for state.range(1) rows, one
 // thread: matmul_w2 (state.range(0) = 0: each row decodes the codes) against matmul_w2_rows (1: the
-// rows share each block's decoding; the same bits), in GB/s of weight bytes.
+// rows share each block's decoding; the same bits), in GB/s of weight bytes; state.range(2): CpuIsa
+// (on avx512 both variants are the column-pair kernel).
 void BM_W2Product(benchmark::State& state) {
+  const std::optional<CpuIsa> isa = bench_cpu_isa(state, state.range(2));
+  if (!isa) return;
   constexpr int64_t kN = 4096, kK = 7168;
   const int64_t rows = state.range(1);
   const uint64_t bytes = uint64_t(kN * kK / 4 + kN * kK / 32);
@@ -80,13 +90,15 @@ void BM_W2Product(benchmark::State& state) {
   ThreadPool pool(1);
   const auto product = state.range(0) == 0 ? matmul_w2 : matmul_w2_rows;
   size_t e = 0;
+  const BenchClock::time_point start = BenchClock::now();
   for (auto _ : state) {
     const uint8_t* w = weights.data() + e * bytes;
-    product(x.data(), rows, kK, w, w + kN * kK / 4, kN, y.data(), pool, cpu_isa_best());
+    product(x.data(), rows, kK, w, w + kN * kK / 4, kN, y.data(), pool, *isa);
     benchmark::DoNotOptimize(y.data());
     e = (e + 1) % count;
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+  report_of_memcpy(state, start, bytes, kRotationBytes);
 }
 
 // The same bytes per iteration copied (state.range(0): shape).
@@ -103,8 +115,8 @@ void BM_HostMemcpy(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(r.bytes));
 }
 
-BENCHMARK(BM_HostExpertW2)->ArgsProduct({{0, 1}, {1, 4}, {1, 2}})->UseRealTime();
-BENCHMARK(BM_W2Product)->ArgsProduct({{0, 1}, {1, 4, 8}})->UseRealTime();
+BENCHMARK(BM_HostExpertW2)->ArgsProduct({{0, 1}, {1, 4}, {1, 2}, kBenchIsas})->UseRealTime();
+BENCHMARK(BM_W2Product)->ArgsProduct({{0, 1}, {1, 4, 8}, kBenchIsas})->UseRealTime();
 BENCHMARK(BM_HostMemcpy)->Arg(0)->Arg(1)->UseRealTime();
 
 }  // namespace

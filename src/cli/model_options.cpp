@@ -18,9 +18,14 @@ void DeviceOptions::add_to(CLI::App& sub) {
   sub.add_option("--threads", threads, "CPU threads for compute (0 = one per core)")
       ->envname("MOET_THREADS")
       ->check(CLI::NonNegativeNumber);
-  sub.add_flag("--cpu-portable", cpu_portable,
-               "cpu: run the portable kernels even where the CPU has AVX2 (for comparisons; slower)")
-      ->envname("MOET_CPU_SCALAR");
+  sub.add_option("--cpu-isa", cpu_isa,
+                 "cpu kernels (the CPU backend's and the host experts'): auto = the best this CPU has, portable, "
+                 "avx2 or avx512 (for comparisons; refused where the CPU lacks it). avx512 gives avx2's results "
+                 "bit for bit; portable rounds differently")
+      ->envname("MOET_CPU_ISA")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "portable", "avx2", "avx512"}));
+  sub.add_flag("--cpu-portable", cpu_portable, "cpu: the same as --cpu-isa portable")->envname("MOET_CPU_SCALAR");
   sub.add_option("--gpu-memory-utilization", gpu_memory_utilization,
                  "cuda: fraction of the GPU's memory moet may take")
       ->envname("MOET_GPU_MEMORY_UTILIZATION")
@@ -58,9 +63,15 @@ void DeviceOptions::add_to(CLI::App& sub) {
       ->envname("MOET_CUDA_UNVERIFIED");
 }
 
+CpuIsa DeviceOptions::cpu_isa_level() const {
+  if (!cpu_portable) return cpu_isa_parse(cpu_isa);
+  MOET_CHECK(cpu_isa == "auto" || cpu_isa == "portable",
+             "--cpu-portable (MOET_CPU_SCALAR) and --cpu-isa {} (MOET_CPU_ISA) name different kernels", cpu_isa);
+  return CpuIsa::portable;
+}
+
 std::unique_ptr<Backend> backend_create(const DeviceOptions& options, int gpu) {
-  if (options.device == "cpu")
-    return cpu_backend_create({options.threads, options.cpu_portable ? CpuIsa::portable : cpu_isa_best()});
+  if (options.device == "cpu") return cpu_backend_create({options.threads, options.cpu_isa_level()});
 #ifdef MOET_HAVE_CUDA
   CudaBackendOptions cuda;
   cuda.device = gpu;
@@ -107,7 +118,7 @@ void ModelOptions::add_to(CLI::App& sub) {
 ModelLoadOptions model_load_options(const DeviceOptions& device, const ExpertOptions& experts, int64_t max_step_rows) {
   ModelLoadOptions options = experts.resolve(max_step_rows);
   if (options.tiering)
-    options.tiering->residency.host_isa = device.cpu_portable ? CpuIsa::portable : cpu_isa_best();
+    options.tiering->residency.host_isa = device.cpu_isa_level();
   return options;
 }
 

@@ -23,7 +23,8 @@ namespace moet::cli {
 struct DeviceOptions {
   std::string device = "cpu";
   int threads = 0;
-  bool cpu_portable = false;
+  std::string cpu_isa = "auto";
+  bool cpu_portable = false;  // --cpu-portable: an alias of --cpu-isa portable
   double gpu_memory_utilization = 0.9;
   double gpu_memory_limit_gib = 0.0;
   std::string cuda_graphs = "on";
@@ -34,6 +35,9 @@ struct DeviceOptions {
   bool cuda_unverified = false;
 
   void add_to(CLI::App& sub);
+  // The CPU kernels' level --cpu-isa / --cpu-portable name (fails for a level this CPU lacks, or
+  // for --cpu-portable with another --cpu-isa than auto or portable).
+  CpuIsa cpu_isa_level() const;
   // Whether paths not yet verified on a GPU are refused: on cuda unless --cuda-unverified.
   bool refuses_unverified() const { return device == "cuda" && !cuda_unverified; }
 };

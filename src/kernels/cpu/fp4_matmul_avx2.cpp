@@ -1,4 +1,4 @@
-// AVX2/FMA MXFP4 dot product (compiled with -mavx2 -mfma; called only with CpuIsa::avx2).
+// AVX2/FMA MXFP4 dot product (compiled with -mavx2 -mfma; called only where cpu_isa_has_avx2).
 // Eight weights are four code bytes: broadcast, shift each lane by 4*lane, permute the magnitude
 // vector {0,.5,1,1.5,2,3,4,6} by the low 3 bits and move bit 3 to the float sign bit.
 #include "kernels/cpu/w2_matmul.h"

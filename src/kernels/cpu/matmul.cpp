@@ -35,23 +35,23 @@ void matmul_columns(const float* x, int64_t rows, int64_t k, const W* w, int64_t
 }  // namespace
 
 float dot_bf16(const float* x, const uint16_t* w, int64_t k, CpuIsa isa) {
-  if (isa == CpuIsa::avx2) return avx2::dot_bf16(x, w, k);
+  if (cpu_isa_has_avx2(isa)) return avx2::dot_bf16(x, w, k);
   return dot_scalar(x, k, [w](int64_t i) { return bf16_to_float(w[i]); });
 }
 
 float dot_f32(const float* x, const float* w, int64_t k, CpuIsa isa) {
-  if (isa == CpuIsa::avx2) return avx2::dot_f32(x, w, k);
+  if (cpu_isa_has_avx2(isa)) return avx2::dot_f32(x, w, k);
   return dot_scalar(x, k, [w](int64_t i) { return w[i]; });
 }
 
 void axpy_f32(float a, const float* x, float* y, int64_t n, CpuIsa isa) {
-  if (isa == CpuIsa::avx2) return avx2::axpy_f32(a, x, y, n);
+  if (cpu_isa_has_avx2(isa)) return avx2::axpy_f32(a, x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 void matmul_bf16(const float* x, int64_t rows, int64_t k, const uint16_t* w, int64_t n,
                  const float* bias, float* y, ThreadPool& pool, CpuIsa isa) {
-  if (rows < 4 || isa != CpuIsa::avx2) {
+  if (rows < 4 || !cpu_isa_has_avx2(isa)) {
     matmul_columns(x, rows, k, w, n, bias, y, pool,
                    [isa](const float* a, const uint16_t* b, int64_t len) { return dot_bf16(a, b, len, isa); });
     return;

@@ -1,4 +1,4 @@
-// AVX2/FMA dot products (compiled with -mavx2 -mfma; called only with CpuIsa::avx2).
+// AVX2/FMA dot products (compiled with -mavx2 -mfma; called only where cpu_isa_has_avx2).
 // Two 8-lane accumulators over 16 elements a step, 8 more, then the tail in scalar order. The
 // four-row variant loads each weight vector once for four activation rows and performs, per
 // row, exactly the operations of the one-row version, so a row's result does not depend on how

@@ -10,7 +10,7 @@ namespace moet {
 
 double softmax_weights(const float* values, int64_t n, float max, float inverse_temperature, float* weights,
                        CpuIsa isa) {
-  if (isa == CpuIsa::avx2) return avx2::softmax_weights(values, n, max, inverse_temperature, weights);
+  if (cpu_isa_has_avx2(isa)) return avx2::softmax_weights(values, n, max, inverse_temperature, weights);
   return softmax_weights_loop(values, n, max, inverse_temperature, weights);
 }
 

@@ -1,5 +1,5 @@
 // Softmax weights on 8-float vectors (compiled with -mavx2 but not -mfma, so that no multiply
-// and add are fused and the results equal the portable build's; called only with CpuIsa::avx2).
+// and add are fused and the results equal the portable build's; called only where cpu_isa_has_avx2).
 #include "kernels/cpu/softmax_weights_loop.h"
 
 namespace moet::avx2 {

@@ -1,6 +1,8 @@
 // Portable W2 / FP4 dot products, AVX2 dispatch and the column-parallel drivers (w2_matmul.h).
 #include "kernels/cpu/w2_matmul.h"
 
+#include "kernels/cpu/w2_rows.h"
+
 #include "formats/minifloat.h"
 #include "formats/mx_block.h"
 #include "core/cpu_isa.h"
@@ -54,19 +56,20 @@ float scalar::dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scale
 }
 
 float dot_w2(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
-  return isa == CpuIsa::avx2 ? avx2::dot_w2(x, codes, scales, k) : scalar::dot_w2(x, codes, scales, k);
+  return cpu_isa_has_avx2(isa) ? avx2::dot_w2(x, codes, scales, k) : scalar::dot_w2(x, codes, scales, k);
 }
 
 float dot_fp4(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
-  return isa == CpuIsa::avx2 ? avx2::dot_fp4(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
+  return cpu_isa_has_avx2(isa) ? avx2::dot_fp4(x, codes, scales, k) : scalar::dot_fp4(x, codes, scales, k);
 }
 
 float dot_w2k(const float* x, const uint8_t* codes, const uint8_t* scales, int64_t k, CpuIsa isa) {
-  return isa == CpuIsa::avx2 ? avx2::dot_w2k(x, codes, scales, k) : scalar::dot_w2k(x, codes, scales, k);
+  return cpu_isa_has_avx2(isa) ? avx2::dot_w2k(x, codes, scales, k) : scalar::dot_w2k(x, codes, scales, k);
 }
 
 void matmul_w2(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint8_t* scales,
                int64_t n, float* y, ThreadPool& pool, CpuIsa isa) {
+  if (isa == CpuIsa::avx512) return matmul_w2_rows(x, rows, k, codes, scales, n, y, pool, isa);  // column pairs
   matmul_columns(x, rows, k, k / 4, codes, scales, n, y, pool, [isa](const float* a, const uint8_t* c, const uint8_t* s,
                                                                      int64_t len) { return dot_w2(a, c, s, len, isa); });
 }

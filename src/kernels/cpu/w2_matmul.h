@@ -5,7 +5,9 @@
 // then multiplied by the exact scale (power-of-two; W2K's has 4 significant bits). Parallel over output
 // columns, each y element computed by one thread in a fixed order (results independent of the
 // thread count); AVX2 versions where available (rounding differs slightly from the scalar ones).
-// K must be a multiple of 32.
+// At the avx512 level matmul_w2 runs two columns per 512-bit instruction with the AVX2 level's
+// bits (kernels/cpu/w2_rows.h); the single-row dots and the FP4 / W2K products run their AVX2
+// versions there. K must be a multiple of 32.
 #pragma once
 
 #include "core/thread_pool.h"

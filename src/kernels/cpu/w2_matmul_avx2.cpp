@@ -1,4 +1,4 @@
-// AVX2/FMA W2 dot product (compiled with -mavx2 -mfma; called only with CpuIsa::avx2).
+// AVX2/FMA W2 dot product (compiled with -mavx2 -mfma; called only where cpu_isa_has_avx2).
 // A block's 32 codes are two 32-bit words; each is broadcast once and serves two groups of eight
 // weights: shift lane i by 2i (or 16 + 2i), mask to the code and permute the level vector
 // {-4,-1,1,4} by it. Two accumulators per block, then one FMA with the block scale.

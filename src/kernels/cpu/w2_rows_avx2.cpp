@@ -1,5 +1,5 @@
 // AVX2/FMA W2 dot products of up to kW2RowsPerPass rows sharing each block's decoding (compiled
-// with -mavx2 -mfma; called only with CpuIsa::avx2). Per row the operations are avx2::dot_w2's
+// with -mavx2 -mfma; called only where cpu_isa_has_avx2). Per row the operations are avx2::dot_w2's
 // (w2_matmul_avx2.cpp): the two products of a block's low words, the two FMAs of its high words,
 // one FMA of their sum with the block scale into the row's total, the same horizontal sum.
 #include "kernels/cpu/w2_rows.h"

@@ -1,4 +1,4 @@
-// Shared AVX2 helpers of the W2 / FP4 kernels (include only from *_avx2.cpp files).
+// Shared AVX2 helpers of the W2 / FP4 kernels (include only from *_avx2.cpp and *_avx512.cpp files).
 #pragma once
 
 #include <immintrin.h>

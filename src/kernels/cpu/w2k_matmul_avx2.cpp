@@ -1,4 +1,4 @@
-// AVX2/FMA W2K dot product (compiled with -mavx2 -mfma; called only with CpuIsa::avx2). Per
+// AVX2/FMA W2K dot product (compiled with -mavx2 -mfma; called only where cpu_isa_has_avx2). Per
 // codeword: load its eight magnitudes (a 32-byte table row), put its eight sign bits into the
 // float sign bits (broadcast, variable shift, mask, xor), add the shift +-1/4 (loaded by its bit:
 // a branch on it mispredicts half the time) and multiply-add with x; per block one FMA with the

@@ -2,7 +2,7 @@
 // exactly what the CPU backend's MoE op computes for that expert (the op's per-expert work), and
 // stays within FP32 rounding of a float64 evaluation of the dequantized expert; the W2 products
 // sharing a block's decoding among rows (kernels/cpu/w2_rows.h) give matmul_w2's bits for any
-// number of rows.
+// number of rows on every level, and the avx512 level the avx2 level's bits.
 #include "../cpu_isa_env.h"
 #include "../random_values.h"
 #include "backend/cpu/cpu_backend.h"
@@ -11,9 +11,11 @@
 #include "kernels/cpu/w2_matmul.h"
 #include "kernels/cpu/w2_rows.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 namespace moet {
 namespace {
@@ -140,26 +142,40 @@ TEST(ExpertFfn, WithinFp32RoundingOfFloat64) {
   }
 }
 
-TEST(W2Rows, GiveMatmulW2sBitsForAnyRowCount) {
+// On every level (skipped where the CPU lacks it), over K multiples of 32 but not all of 64, 128
+// or 256, N odd and 1, and row counts across passes: matmul_w2_rows gives matmul_w2's bits, and
+// the avx512 level gives the avx2 level's (two columns per register, each with AVX2's operations).
+class W2Rows : public testing::TestWithParam<CpuIsa> {};
+
+TEST_P(W2Rows, GiveMatmulW2sBitsForAnyRowCount) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_supports(isa)) GTEST_SKIP() << cpu_isa_missing(isa);
   std::mt19937_64 rng(3);
-  for (const int64_t k : {int64_t(32), int64_t(96), int64_t(2048)}) {
-    const int64_t n = 37;
-    std::vector<uint8_t> codes(size_t(n * k / 4)), scales(size_t(n * k / 32));
-    for (auto& c : codes) c = uint8_t(rng());
-    for (auto& s : scales) s = uint8_t(110 + rng() % 20);
-    for (int64_t rows = 1; rows <= 2 * kW2RowsPerPass + 1; ++rows) {
-      const std::vector<float> x = random_floats(size_t(rows * k), uint64_t(k + rows));
-      std::vector<float> want(size_t(rows * n)), got(size_t(rows * n));
-      for (const int threads : {1, 2}) {
-        ThreadPool pool(threads);
-        matmul_w2(x.data(), rows, k, codes.data(), scales.data(), n, want.data(), pool, test_cpu_isa());
-        matmul_w2_rows(x.data(), rows, k, codes.data(), scales.data(), n, got.data(), pool, test_cpu_isa());
-        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << "k " << k << " rows " << rows << " threads " << threads;
+  for (const int64_t k : {int64_t(32), int64_t(96), int64_t(192), int64_t(2080)}) {
+    for (const int64_t n : {int64_t(1), int64_t(37)}) {
+      std::vector<uint8_t> codes(size_t(n * k / 4)), scales(size_t(n * k / 32));
+      for (auto& c : codes) c = uint8_t(rng());
+      for (auto& s : scales) s = uint8_t(110 + rng() % 20);
+      for (int64_t rows = 1; rows <= 2 * kW2RowsPerPass + 1; ++rows) {
+        const std::vector<float> x = random_floats(size_t(rows * k), uint64_t(k + rows));
+        std::vector<float> want(size_t(rows * n)), got(size_t(rows * n)), on_avx2(size_t(rows * n));
+        for (const int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          const auto where = [&] { return fmt::format("k {} n {} rows {} threads {}", k, n, rows, threads); };
+          matmul_w2(x.data(), rows, k, codes.data(), scales.data(), n, want.data(), pool, isa);
+          matmul_w2_rows(x.data(), rows, k, codes.data(), scales.data(), n, got.data(), pool, isa);
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << where();
+          if (isa != CpuIsa::avx512) continue;
+          matmul_w2_rows(x.data(), rows, k, codes.data(), scales.data(), n, on_avx2.data(), pool, CpuIsa::avx2);
+          ASSERT_EQ(0, std::memcmp(on_avx2.data(), got.data(), got.size() * sizeof(float))) << "vs avx2: " << where();
+        }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Levels, W2Rows, testing::ValuesIn(kCpuIsas),
+                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
 
 }  // namespace
 }  // namespace moet
