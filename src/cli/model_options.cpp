@@ -19,9 +19,10 @@ void DeviceOptions::add_to(CLI::App& sub) {
       ->envname("MOET_THREADS")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--cpu-isa", cpu_isa,
-                 "cpu kernels (the CPU backend's and the host experts'): auto = the best this CPU has, portable, "
-                 "avx2 or avx512 (for comparisons; refused where the CPU lacks it). avx512 gives avx2's results "
-                 "bit for bit; portable rounds differently")
+                 "cpu kernels (the CPU backend's and the host experts'): auto = avx2 where the CPU has it, else "
+                 "portable; portable, avx2 or avx512 by name (refused where the CPU lacks it). avx512 (W2 products "
+                 "only) gives avx2's results bit for bit and was slower on the one CPU measured (AMD Zen 4); "
+                 "portable rounds differently")
       ->envname("MOET_CPU_ISA")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "portable", "avx2", "avx512"}));

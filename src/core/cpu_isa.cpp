@@ -18,18 +18,6 @@ uint64_t os_saved_state() {
   return uint64_t(high) << 32 | low;
 }
 
-// AMD family 0x19 (Zen 4; Zen 3 of that family has no AVX-512) runs each 512-bit operation as two
-// 256-bit halves: there the avx512 W2 kernels measured 10-15% slower than avx2
-// (bench/results/experts_host_avx512_cpu_dev.txt), so cpu_isa_best() keeps avx2 on it.
-bool cpu_splits_512_bit_ops() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amd = ebx == signature_AMD_ebx && edx == signature_AMD_edx && ecx == signature_AMD_ecx;
-  if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-  const unsigned family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);  // base 0xf plus the extended family
-  return family == 0x19;
-}
-
 }  // namespace
 
 bool cpu_supports_avx2() {
@@ -65,10 +53,7 @@ bool cpu_supports(CpuIsa isa) {
 }
 
 CpuIsa cpu_isa_best() {
-  static const CpuIsa best = cpu_supports_avx512() && !cpu_splits_512_bit_ops() ? CpuIsa::avx512
-                             : cpu_supports_avx2()                              ? CpuIsa::avx2
-                                                                                : CpuIsa::portable;
-  return best;
+  return cpu_supports_avx2() ? CpuIsa::avx2 : CpuIsa::portable;
 }
 
 const char* cpu_isa_name(CpuIsa isa) {

@@ -4,9 +4,10 @@
 // and a kernel without an AVX-512 version runs its AVX2 one at that level (cpu_isa_has_avx2).
 // The kernels never read the environment: the edge (cli's --cpu-isa / --cpu-portable, tests'
 // MOET_CPU_ISA / MOET_CPU_SCALAR) picks an isa, and it is passed down with each call.
-// cpu_isa_best() is the fastest level the machine supports, except that CPUs which split 512-bit
-// operations into two 256-bit halves (AMD Zen 4) get avx2, measured faster there; the avx512 level
-// gives the avx2 level's bits, so only the speed depends on the choice.
+// cpu_isa_best() is avx2 where the CPU has it: the avx512 level (the W2 products only; the same bits
+// as avx2) was measured slower on the only AVX-512 CPU measured so far, an AMD Zen 4, which splits
+// 512-bit operations into two 256-bit halves (bench/results/experts_host_avx512_cpu_dev.txt); it is
+// chosen by name until a CPU with full-width units measures it faster.
 #pragma once
 
 #include <string_view>
