@@ -77,7 +77,8 @@ bool MomentExperts::contains(int64_t layer, int64_t expert) const {
 
 MomentExperts hottest_experts(const Imatrix& imatrix, int64_t n, int64_t min_tokens) {
   MomentExperts hottest;
-  for (const auto& [layer, counts] : imatrix.expert_tokens) {
+  for (const auto& [layer, layer_counts] : imatrix.expert_tokens) {
+    const auto& counts = layer_counts;  // a structured binding cannot be captured before clang 16
     std::vector<int64_t> order(counts.size());
     for (size_t e = 0; e < order.size(); ++e) order[e] = int64_t(e);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[size_t(a)] > counts[size_t(b)]; });
