@@ -1,11 +1,9 @@
 // The softmax partial of the decode attention kernels (attention.cu, splitk_attention.cu,
-// splitk_mla_attention.cu) and its fold: the state of a softmax over some keys for one float4 of
-// one head's output, the rule that joins two such states, and the split kernels' "last block of a
-// row folds the splits in order" (arrival_count.cuh's protocol). Explicitly rounded operations, so
-// every call site computes the same bits whatever the compiler contracts around it.
+// splitk_mla_attention.cu, splitk_fold.cu) and its fold: the state of a softmax over some keys for
+// one float4 of one head's output, the rule that joins two such states, and the fold of a row's
+// splits in order (splitk_fold.cu's). Explicitly rounded operations, so every call site computes
+// the same bits whatever the compiler contracts around it.
 #pragma once
-
-#include "kernels/cuda/arrival_count.cuh"
 
 #include <cuda_runtime.h>
 
@@ -42,26 +40,25 @@ __device__ __forceinline__ Partial load_partial(const float* src, int d4) {
   return {__ldcg(src), __ldcg(src + 1), __ldcg(reinterpret_cast<const float4*>(src + 4) + d4)};
 }
 
+// Splits folded per batch by fold_splits: the loads of a batch are issued before its folds, so a
+// thread waits on one L2 round trip per batch instead of one per split (at 64 splits and 4 output
+// slots a thread the serial round trips cost more than reading the keys).
+constexpr int kFoldBatch = 16;
+
 // Splits 0..used-1 of one head's partials (`width` floats apart from `first`) folded in order,
-// float4 d4 of the output.
+// float4 d4 of the output. The order of the folds, hence every bit, does not depend on the batch.
 __device__ __forceinline__ Partial fold_splits(const float* first, int64_t width, int used, int d4) {
   Partial total = cleared();
-  for (int split = 0; split < used; ++split) fold(total, load_partial(first + split * width, d4));
-  return total;
-}
-
-// Called by every thread of a block after storing its partials: whether the block is the last of
-// the `used` ones sharing *counter to arrive (then every other block's partials are visible to
-// its threads, and the counter is reset for the next launch).
-__device__ __forceinline__ bool last_to_arrive(int32_t* counter, int used) {
-  __shared__ int last;
-  __syncthreads();  // every thread's partials before thread 0's arrival
-  if (threadIdx.x == 0) {
-    last = count_arrival(reinterpret_cast<uint32_t*>(counter)) == uint32_t(used - 1);
-    if (last) *counter = 0;
+  for (int base = 0; base < used; base += kFoldBatch) {
+    Partial batch[kFoldBatch];
+#pragma unroll
+    for (int i = 0; i < kFoldBatch; ++i)
+      if (base + i < used) batch[i] = load_partial(first + (base + i) * width, d4);
+#pragma unroll
+    for (int i = 0; i < kFoldBatch; ++i)
+      if (base + i < used) fold(total, batch[i]);
   }
-  __syncthreads();
-  return last != 0;
+  return total;
 }
 
 // out[0..n) <- o / l, n <= 4 (the last float4 of a row may be cut).

@@ -13,7 +13,7 @@
 // into pieces; O = O * alpha + P V (V fragments by ldmatrix.trans, one fresh accumulator per 16
 // keys). At the end each warp leaves (m, l, O) of its keys in its shared region; the block folds
 // warps 0..3 in order per output float4 (attention_fold.cuh), then either writes O / l (a row of
-// one split) or its partial, and the last block of the row folds splits 0.. in order.
+// one split) or its partial, which splitk_fold.cu's kernel folds, splits 0.. in order.
 // MMA rows past H (fewer than 16 heads per KV head) have a zero query and are never stored.
 #include "kernels/cuda/splitk_attention.h"
 
@@ -282,12 +282,7 @@ __global__ void __launch_bounds__(kThreads, 2) splitk_attention_kernel(Attention
       }
       reinterpret_cast<float4*>(dst + 4)[d4] = total[r].o;
     }
-    if (!last_to_arrive(a.counters + unit * gridDim.x + blockIdx.x, used)) return;
-#pragma unroll
-    for (int r = 0; r < kSlots; ++r) {
-      const int slot = int(threadIdx.x) + r * kThreads, h = slot / (D / 4), d4 = slot % (D / 4);
-      if (slot < slots) total[r] = fold_splits(partial_at(h, 0), p.width, used, d4);
-    }
+    return;  // splitk_fold_launch folds the row
   }
 #pragma unroll
   for (int r = 0; r < kSlots; ++r) {
@@ -319,7 +314,6 @@ bool splitk_attention_supports(const PagedKvArgs& c, int64_t q_heads) {
   if (c.dtype != KvDtype::bf16 && c.dtype != KvDtype::fp8_e4m3 && c.dtype != KvDtype::fp8_e5m2) return false;
   const int64_t group = q_heads / c.kv_heads;
   if (group > kMaxHeads && group % kMaxHeads != 0) return false;
-  if (q_heads / std::min<int64_t>(group, kMaxHeads) > kAttentionMaxSplitUnits) return false;
   return shared_memory_fits(tile_bytes(c.dtype));
 }
 

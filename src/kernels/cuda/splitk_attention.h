@@ -11,8 +11,8 @@
 // MMAs, so the cache is read once for all of them) and one split of the row's keys. Keys per
 // split depend only on the row's own key count (splitk_plan.cuh: at least 128 keys, at most 64
 // splits), so a row's bits depend neither on the other rows of the step, nor on the batch size,
-// nor on the launch the rows are cut into; the splits are folded in order by the last block of
-// the row to finish (an arrival counter). Nothing is sized by a host-side key count beyond
+// nor on the launch the rows are cut into; a second kernel (splitk_fold.cu) folds each row's
+// splits in order. Nothing is sized by a host-side key count beyond
 // max_keys (the table stride bucket), so captured graphs stay valid as contexts grow.
 //
 // Numerics: every cache value is exact in BF16 (a BF16 value; an FP8 code, whose F32 scale per
@@ -34,9 +34,8 @@ namespace moet::cuda {
 bool splitk_attention_supports(const PagedKvArgs& cache, int64_t q_heads);
 // Scratch floats `a.partials` must hold (0: no row of a.max_keys keys splits).
 int64_t splitk_attention_partial_floats(const AttentionArgs& a);
-// Attention of a.rows decode rows (a.row_ids as in attention_launch); a.counters: at least
-// kAttentionMaxSplitUnits zeros, left zero. Several launches when the rows' (row, head group)
-// units exceed the counters or the partials cap.
+// Attention of a.rows decode rows (a.row_ids as in attention_launch; a.counters unused). Several
+// launches when the rows' partials exceed the cap.
 void splitk_attention_launch(const AttentionArgs& a, cudaStream_t stream);
 
 // The MLA kernel's, as the three above.

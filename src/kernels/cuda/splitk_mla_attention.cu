@@ -35,8 +35,8 @@
 //      (attention_mma.cuh; the 4 warps compute the same m, l and P), multiplies P by the key's
 //      latent scale (FP8), and adds P V for its 128 output columns.
 // At the end the warps of an m-tile hold the same (m, l) and disjoint columns of O: a row of one
-// split stores O / l, else each block writes its partial and the last block of the row's head
-// group folds the splits in order (attention_fold.cuh).
+// split stores O / l, else each block writes its partial and splitk_fold.cu's kernel, launched
+// after this one, folds the row's splits in order.
 #include "kernels/cuda/splitk_attention.h"
 
 #include "formats/kv_codec.h"
@@ -278,7 +278,6 @@ __global__ void __launch_bounds__(kThreads, 1) splitk_mla_attention_kernel(Atten
     l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
   }
   // Lane (g, c) holds heads head0 + g, + 8 (r = 0, 1), columns kOutDims j + 8n + 2c, + 1.
-  const int64_t groups_head0 = int64_t(blockIdx.x) * kHeads;
   if (used == 1) {
     if (!active) return;
 #pragma unroll
@@ -307,14 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1) splitk_mla_attention_kernel(Atten
         *reinterpret_cast<float2*>(dst + 4 + kOutDims * j + 8 * n + 2 * c) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
     }
   }
-  if (!last_to_arrive(a.counters + unit * gridDim.x + blockIdx.x, used)) return;
-  const int slots = int(a.q_heads - groups_head0 < kHeads ? a.q_heads - groups_head0 : kHeads) * (kVDim / 4);
-  for (int slot = int(threadIdx.x); slot < slots; slot += kThreads) {
-    const int64_t head = groups_head0 + slot / (kVDim / 4);
-    const int d4 = slot % (kVDim / 4);
-    const Partial total = fold_splits(partial_at(head, 0), p.width, used, d4);
-    store_normalised(a.out + (t * a.q_heads + head) * kVDim + 4 * d4, total, 4);
-  }
+  // splitk_fold_launch folds the row
 }
 
 template <KvDtype T>
@@ -329,7 +321,6 @@ bool splitk_mla_attention_supports(const PagedKvArgs& c, int64_t q_heads) {
       !aligned16(c.k))
     return false;
   if (c.dtype == KvDtype::f32 || c.slot_bytes != kv_slot_layout(paged_kv_layout(c)).bytes) return false;
-  if (ceil_div(q_heads, kHeads) > kAttentionMaxSplitUnits) return false;
   return shared_memory_fits(tile_bytes(c.dtype));
 }
 

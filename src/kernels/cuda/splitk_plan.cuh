@@ -4,8 +4,8 @@
 // of kSplitTileKeys (the last split may be short): functions of the row's own key count only, so a
 // row's reduction tree, and its bits, depend neither on the other rows, nor on the batch, nor on
 // the launches the rows are cut into. A launch's grid is (head groups, rows, splits of max_keys);
-// blocks past a row's splits exit. One launch serves at most kAttentionMaxSplitUnits (row, head
-// group) units (the arrival counters) and kMaxPartialFloats floats of partials.
+// blocks past a row's splits exit; the splits' partials are folded by a second kernel
+// (splitk_fold.cu). One launch holds at most kMaxPartialFloats floats of partials.
 #pragma once
 
 #include "kernels/cuda/attention.h"
@@ -37,7 +37,7 @@ struct SplitPlan {
   int64_t groups;           // blocks per row along x: head groups
   int64_t splits;           // blocks per (row, head group) along z: splits of a.max_keys keys
   int64_t width;            // floats per partial: m, l, 2 unused, O
-  int64_t rows_per_launch;  // rows of one launch (units within the counters, partials within the cap)
+  int64_t rows_per_launch;  // rows of one launch (partials within the cap)
   int64_t first_row;        // this launch's first row (of a.rows)
 };
 
@@ -52,8 +52,7 @@ inline SplitPlan split_plan(const AttentionArgs& a, int heads) {
   p.rows_per_launch = std::max<int64_t>(a.rows, 1);
   if (p.splits > 1) {
     const int64_t per_row = a.q_heads * p.splits * p.width;
-    p.rows_per_launch = std::min({p.rows_per_launch, kAttentionMaxSplitUnits / p.groups,
-                                  std::max<int64_t>(kMaxPartialFloats / per_row, 1)});
+    p.rows_per_launch = std::min(p.rows_per_launch, std::max<int64_t>(kMaxPartialFloats / per_row, 1));
   }
   return p;
 }
@@ -63,8 +62,13 @@ inline int64_t split_partial_floats(const AttentionArgs& a, const SplitPlan& p) 
   return p.splits == 1 ? 0 : std::min(p.rows_per_launch, a.rows) * a.q_heads * p.splits * p.width;
 }
 
+// Folds the partials the split kernel of launch p (its first `rows` rows) stored, into the rows'
+// outputs (splitk_fold.cu); launched after it when p.splits > 1.
+void splitk_fold_launch(const AttentionArgs& a, const SplitPlan& p, int64_t rows, cudaStream_t stream);
+
 // The launches of a step, rows_per_launch rows each: Kernel(a, p) with p.first_row set, over
-// `threads` threads and `shared` bytes of dynamic shared memory (opted in once per kernel).
+// `threads` threads and `shared` bytes of dynamic shared memory (opted in once per kernel), each
+// followed by the fold of its split rows.
 template <auto Kernel>
 void launch_split(const AttentionArgs& a, SplitPlan p, int threads, size_t shared, cudaStream_t stream) {
   static const cudaError_t opt_in =  // once per kernel
@@ -72,8 +76,10 @@ void launch_split(const AttentionArgs& a, SplitPlan p, int threads, size_t share
   (void)opt_in;
   const int64_t per_launch = p.rows_per_launch;
   for (p.first_row = 0; p.first_row < a.rows; p.first_row += per_launch) {
-    const dim3 grid(unsigned(p.groups), unsigned(std::min(per_launch, a.rows - p.first_row)), unsigned(p.splits));
+    const int64_t rows = std::min(per_launch, a.rows - p.first_row);
+    const dim3 grid(unsigned(p.groups), unsigned(rows), unsigned(p.splits));
     launch_dependent_kernel<Kernel>(grid, dim3(unsigned(threads)), shared, 1, stream, a, p);
+    if (p.splits > 1) splitk_fold_launch(a, p, rows, stream);
   }
 }
 
