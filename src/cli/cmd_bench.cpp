@@ -130,7 +130,7 @@ void run(const BenchFlags& flags) {
   const KvDtype kv_dtype = kv_cache_dtype_resolve(flags.kv_cache, flags.device);
   ModelLoadOptions load_options = model_load_options(flags.device, flags.experts, flags.batch);
   load_options.dummy_zipf = zipf_exponent(flags.dummy_routing);
-  const SpeculativeConfig speculative = flags.speculative.resolve(flags.device);
+  const SpeculativeConfig speculative = flags.speculative.resolve();
   load_options.load_mtp = speculative.method == SpeculativeConfig::Method::mtp;
   const ParallelOptions& parallel = flags.parallel;
   if (parallel.split()) parallel_device_gate(flags.device, parallel);

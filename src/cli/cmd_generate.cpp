@@ -136,7 +136,7 @@ GenerateOptions generate_options(const GenerateFlags& flags, const std::optional
   options.max_tokens = flags.max_tokens;
   options.sampling = {flags.temperature, flags.top_p, flags.top_k, flags.seed};
   options.block_size = flags.block_size;
-  options.speculative = flags.speculative.resolve(flags.model.device);
+  options.speculative = flags.speculative.resolve();
   if (tokenizer) options.stop_ids = tokenizer->info().eos_ids;
   return options;
 }

@@ -84,7 +84,7 @@ void run(ServeFlags flags) {
   } catch (const Error& e) {
     MOET_LOG_WARN("no chat template ({}); /v1/chat/completions will answer 400", e.what());
   }
-  flags.engine.speculative = flags.speculative.resolve(flags.device);
+  flags.engine.speculative = flags.speculative.resolve();
   const bool mtp = flags.engine.speculative.method == SpeculativeConfig::Method::mtp;
   LoadedModel loaded = load_model(ModelOptions{flags.model_dir, flags.device, flags.experts, flags.kv_cache,
                                                flags.parallel},

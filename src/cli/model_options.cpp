@@ -59,7 +59,7 @@ void DeviceOptions::add_to(CLI::App& sub) {
       ->envname("MOET_CUDA_PROFILE");
   sub.add_flag("--cuda-unverified", cuda_unverified,
                "cuda: run the paths that are refused or left off until their CUDA tests have passed on a GPU "
-               "(tensor / expert parallelism; speculative verify and draft steps as CUDA graphs); for the "
+               "(tensor / expert parallelism); for the "
                "verification runs on a GPU machine, results not yet trusted")
       ->envname("MOET_CUDA_UNVERIFIED");
 }

@@ -11,10 +11,6 @@ void SpeculativeOptions::add_to(CLI::App& sub) {
                  "in one step, greedy output unchanged (docs/speculative.md)");
 }
 
-SpeculativeConfig SpeculativeOptions::resolve(const DeviceOptions& device) const {
-  SpeculativeConfig config = speculative_config_parse(json);
-  config.graph_steps = !device.refuses_unverified();
-  return config;
-}
+SpeculativeConfig SpeculativeOptions::resolve() const { return speculative_config_parse(json); }
 
 }  // namespace moet::cli

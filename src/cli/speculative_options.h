@@ -3,7 +3,6 @@
 // MTP layer.
 #pragma once
 
-#include "cli/model_options.h"
 #include "engine/speculative.h"
 
 #include <CLI/CLI.hpp>
@@ -16,9 +15,8 @@ struct SpeculativeOptions {
   std::string json;
 
   void add_to(CLI::App& sub);
-  // The parsed configuration (none without the flag); throws moet::Error for a bad one. Verify and
-  // draft steps are captured as CUDA graphs where `device` runs unverified paths.
-  SpeculativeConfig resolve(const DeviceOptions& device) const;
+  // The parsed configuration (none without the flag); throws moet::Error for a bad one.
+  SpeculativeConfig resolve() const;
 };
 
 }  // namespace moet::cli

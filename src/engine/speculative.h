@@ -39,9 +39,8 @@ struct SpeculativeConfig {
   int64_t prompt_lookup_min = 0;       // ngram: the n-gram lengths tried, longest first
   int64_t prompt_lookup_max = 0;
   // Verify and chained draft steps captured as CUDA graphs like decode steps
-  // (StepRunner::set_speculative_graphs); the CLI turns it on except on CUDA without
-  // --cuda-unverified until its CUDA test has passed on a GPU.
-  bool graph_steps = false;
+  // (StepRunner::set_speculative_graphs); off only where a test compares them with eager steps.
+  bool graph_steps = true;
   bool enabled() const { return method != Method::none; }
 };
 

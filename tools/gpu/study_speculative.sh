@@ -5,7 +5,7 @@
 # (MAX_TOKENS each) without drafts, then with the model's MTP layer drafting k = 1, 2, 3 tokens:
 # decode tokens/s against no speculation, acceptance length, per-position acceptance and whether
 # every prompt's output equals the run without drafts. Extra flags for every run in EXTRA (e.g.
-# --cuda-unverified while the CUDA gate stands). Logs and JSON lines into RESULTS_DIR, the table
+# --cuda-graphs off). Logs and JSON lines into RESULTS_DIR, the table
 # into RESULTS_DIR/summary.txt.
 # Usage: bash tools/gpu/study_speculative.sh RESULTS_DIR MODEL_DIR
 set -uo pipefail
