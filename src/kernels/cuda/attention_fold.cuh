@@ -41,8 +41,7 @@ __device__ __forceinline__ Partial load_partial(const float* src, int d4) {
 }
 
 // Splits folded per batch by fold_splits: the loads of a batch are issued before its folds, so a
-// thread waits on one L2 round trip per batch instead of one per split (at 64 splits and 4 output
-// slots a thread the serial round trips cost more than reading the keys).
+// thread waits on one L2 round trip per batch instead of one per split.
 constexpr int kFoldBatch = 16;
 
 // Splits 0..used-1 of one head's partials (`width` floats apart from `first`) folded in order,

@@ -1,10 +1,10 @@
 // The second kernel of a split step of the split-K decode kernels (splitk_attention.cu,
 // splitk_mla_attention.cu): each row that split folds its partials, splits 0..used-1 in order
 // (attention_fold.cuh), into its output, one thread per (row, head, float4 of the output). A row
-// of one split was stored by the split kernel itself and is skipped. Spreading the fold over the
-// whole GPU replaces the split kernels' "last block of a head group folds", where one SM read every
-// partial of its group (MLA: 32 heads x 64 splits x 2 KiB) and waited on each one's L2 round trip.
-// The fold order, hence every bit, is the one the last block used.
+// of one split was stored by the split kernel itself and is skipped. The fold is spread over the
+// whole GPU: folding in the split kernel's last block to finish put every partial of a head group
+// (MLA: 32 heads x 64 splits x 2 KiB) on one SM. The fold order is fixed, so a row's bits depend on
+// its own key count only.
 #include "kernels/cuda/attention_fold.cuh"
 #include "kernels/cuda/splitk_plan.cuh"
 
