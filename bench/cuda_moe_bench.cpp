@@ -13,8 +13,8 @@
 // includes host launch overhead when the GPU work is short) and graph (20 calls captured into one
 // CUDA graph, replayed 10 times: what a decode step with graphs pays); GB/s and the fraction of
 // copy are the graph time's. Next to each, the read ceiling: the same calls' distinct expert bytes
-// read by one pure-load launch (Backend::read_regions, graph-timed the same way), the most one
-// kernel could do for those bytes; small reads stay well under copy speed (docs/gpu-history.md, Run 7).
+// read by pure-load launches (Backend::read_regions, one per 256 regions: a prefill's 128 experts of
+// four planes take two; graph-timed the same way), the most a kernel could do for those bytes; small reads stay well under copy speed (docs/gpu-history.md, Run 7).
 // Prints a table and writes JSON (argument 1, optional; "-" for none); argument 2 (optional)
 // names the expert formats to run, comma-separated (default w2,w2k,fp4,bf16).
 #ifdef MOET_HAVE_CUDA
@@ -143,7 +143,11 @@ nlohmann::json bench_moe(Backend& backend, const char* name, const std::string& 
     });
     Tensor sink = backend.alloc({1}, DType::i32);
     const double ceiling = graph_seconds_per_call(backend, next_graph_key++, sink, kGraphCalls, kGraphReplays, [&](int i) {
-      bench_ops(backend).read_regions(read_sets[size_t(i % routings)], sink);
+      const std::vector<ByteRegion>& regions = read_sets[size_t(i % routings)];
+      for (size_t first = 0; first < regions.size(); first += kReadRegionsMax)
+        bench_ops(backend).read_regions(
+            {regions.begin() + long(first), regions.begin() + long(std::min(regions.size(), first + kReadRegionsMax))},
+            sink);
     });
     const double act_bytes = double(rows * hidden * 4 + rows * top_k * inner * 4);
     const double bytes = distinct * expert_bytes + act_bytes;

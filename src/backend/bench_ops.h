@@ -41,10 +41,14 @@ struct ByteRegion {
   int64_t bytes;
 };
 
+// Regions one BenchOps::read_regions call takes (the CUDA kernel's argument holds them).
+constexpr size_t kReadRegionsMax = 256;
+
 // Checks the operands of BenchOps::read_regions.
 inline void check_read_regions(const std::vector<ByteRegion>& regions, const Tensor& sink) {
-  MOET_CHECK(regions.size() <= 256 && sink.dtype == DType::i32 && sink.numel() == 1,
-             "read_regions takes at most 256 regions and a one-int sink ({} regions)", regions.size());
+  MOET_CHECK(regions.size() <= kReadRegionsMax && sink.dtype == DType::i32 && sink.numel() == 1,
+             "read_regions takes at most {} regions and a one-int sink ({} regions)", kReadRegionsMax,
+             regions.size());
   for (const ByteRegion& r : regions)
     MOET_CHECK(reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.bytes % 16 == 0 && r.bytes >= 0,
                "read_regions: regions must be 16-byte aligned multiples of 16 bytes ({} bytes)", r.bytes);

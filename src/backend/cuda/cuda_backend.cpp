@@ -163,6 +163,8 @@ void CudaBackend::to_host(const Tensor& src, void* dst) {
   }
 }
 
+static_assert(kReadRegionsMax == size_t(kMaxReadRegions), "ReadRegions holds what check_read_regions admits");
+
 void CudaBackend::read_regions(const std::vector<ByteRegion>& regions, Tensor& sink) {
   check_read_regions(regions, sink);
   ReadRegions r;
